@@ -1,0 +1,1 @@
+"""InferLab course tooling."""

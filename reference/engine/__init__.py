@@ -1,0 +1,1 @@
+"""The engine's moving parts: sequences, block manager, scheduler, model runner, engine loop."""

@@ -1,0 +1,159 @@
+"""Paged KV-cache bookkeeping: blocks, reference counts and prefix caching.
+
+The KV cache is a pool of fixed-size blocks; a sequence's `block_table` maps
+its logical blocks (tokens [i*B, (i+1)*B)) to physical block ids. The block
+manager owns no tensors: it only decides which physical slot each token's K/V
+goes to, so it can be tested without a model.
+
+Prefix caching: once a block is full *and its K/V have been computed*, it gets
+a hash chained over every token before it (`hash(prev_hash, tokens)`), so equal
+hashes mean equal prefixes. A later sequence whose prompt starts with the same
+blocks shares them (ref_count > 1) instead of recomputing. A freed block keeps
+its hash and content in the free list, so it can still be hit until it is
+handed out again; then its old hash entry is dropped, or a stale entry would
+point a future prompt at someone else's K/V.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import xxhash
+
+from reference.engine.sequence import Sequence
+
+
+def chain_hash(token_ids: list[int], prev_hash: int | None) -> int:
+    """Hash of one full block, chained to the hash of the block before it."""
+    h = xxhash.xxh64()
+    if prev_hash is not None:
+        h.update(prev_hash.to_bytes(8, "little"))
+    h.update(np.asarray(token_ids, dtype=np.int64).tobytes())
+    return h.intdigest()
+
+
+class Block:
+    __slots__ = ("block_id", "ref_count", "hash", "token_ids")
+
+    def __init__(self, block_id: int):
+        self.block_id = block_id
+        self.ref_count = 0
+        self.hash: int | None = None        # set only when full and computed
+        self.token_ids: list[int] = []       # the tokens behind `hash` (guards against collisions)
+
+    def reset(self) -> None:
+        self.ref_count = 1
+        self.hash = None
+        self.token_ids = []
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.hash_to_block: dict[int, int] = {}
+        # Free blocks in eviction order: the least recently freed is handed out first,
+        # so recently freed prefixes stay hittable longest.
+        self.free_block_ids: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_block_ids)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return len(self.blocks) - len(self.free_block_ids)
+
+    # -- prefix lookup -----------------------------------------------------
+    def _prefix_hits(self, seq: Sequence) -> list[int]:
+        """Physical ids of the leading blocks of `seq` already in the cache.
+
+        Only blocks wholly inside the first len-1 tokens count: the last token
+        must always be computed, or the step would have no query to sample from.
+        """
+        if not self.enable_prefix_caching:
+            return []
+        hits: list[int] = []
+        prev_hash = None
+        for i in range((len(seq) - 1) // self.block_size):
+            tokens = seq.block(i)
+            h = chain_hash(tokens, prev_hash)
+            block_id = self.hash_to_block.get(h)
+            if block_id is None or self.blocks[block_id].token_ids != tokens:
+                break
+            hits.append(block_id)
+            prev_hash = h
+        return hits
+
+    def num_cached_tokens(self, seq: Sequence) -> int:
+        """How many leading tokens of `seq` a prefix-cache hit would cover now."""
+        return len(self._prefix_hits(seq)) * self.block_size
+
+    # -- prefill -----------------------------------------------------------
+    def can_allocate(self, seq: Sequence) -> bool:
+        hits = self._prefix_hits(seq)
+        revived = sum(1 for b in hits if self.blocks[b].ref_count == 0)
+        return (seq.num_blocks - len(hits)) + revived <= self.num_free_blocks
+
+    def allocate(self, seq: Sequence) -> None:
+        """Give `seq` blocks for all its tokens, sharing cached prefix blocks."""
+        assert not seq.block_table, f"seq {seq.seq_id} already has blocks"
+        hits = self._prefix_hits(seq)
+        for block_id in hits:
+            block = self.blocks[block_id]
+            if block.ref_count == 0:
+                del self.free_block_ids[block_id]
+            block.ref_count += 1
+        seq.block_table = hits + [self._take_free_block() for _ in range(seq.num_blocks - len(hits))]
+        seq.num_cached_tokens = len(hits) * self.block_size
+
+    def _take_free_block(self) -> int:
+        block_id, _ = self.free_block_ids.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
+            del self.hash_to_block[block.hash]   # reused: the old content is gone
+        block.reset()
+        return block_id
+
+    def deallocate(self, seq: Sequence) -> int:
+        """Drop `seq`'s hold on its blocks (last block first); return how many became free."""
+        freed = 0
+        for block_id in reversed(seq.block_table):
+            block = self.blocks[block_id]
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                self.free_block_ids[block_id] = None
+                freed += 1
+        seq.block_table = []
+        return freed
+
+    # -- decode ------------------------------------------------------------
+    def can_append(self, seq: Sequence) -> bool:
+        """Is there room for the K/V of the token this decode step computes?"""
+        return len(seq.block_table) >= seq.num_blocks or self.num_free_blocks >= 1
+
+    def may_append(self, seq: Sequence) -> None:
+        """Add a block when the newest token starts a new one."""
+        if len(seq.block_table) < seq.num_blocks:
+            seq.block_table.append(self._take_free_block())
+
+    # -- after the forward pass ---------------------------------------------
+    def mark_computed(self, seq: Sequence, num_new_tokens: int) -> None:
+        """Record that K/V for `num_new_tokens` more tokens are now in the cache.
+
+        Blocks that this fills become hashable: only now may other sequences
+        reuse them, because only now do they hold real K/V.
+        """
+        first_new_full = seq.num_cached_tokens // self.block_size
+        seq.num_cached_tokens += num_new_tokens
+        if not self.enable_prefix_caching:
+            return
+        for i in range(first_new_full, seq.num_cached_tokens // self.block_size):
+            block = self.blocks[seq.block_table[i]]
+            if block.hash is not None:
+                continue  # shared from the cache already
+            prev_hash = self.blocks[seq.block_table[i - 1]].hash if i > 0 else None
+            block.token_ids = seq.block(i)
+            block.hash = chain_hash(block.token_ids, prev_hash)
+            self.hash_to_block[block.hash] = block.block_id

@@ -1,0 +1,129 @@
+"""The scheduler: which sequences run in the next step, and how many tokens each.
+
+Policy: **prefill first**, as in nano-vllm. Each step is either a prefill step
+(new prompts, or further chunks of a long prompt) or a decode step (one token
+for every running sequence), and `schedule()` says which with `is_prefill`.
+We chose this over vLLM V1's decode-first mixed batches because it keeps the
+lecture's two phases visible in every step and the model runner's inputs
+simple; its price is that running decodes pause while a prefill runs (an
+inter-token latency spike), which chunked prefill bounds by capping the tokens
+of a prefill step at `max_num_batched_tokens`.
+
+Continuous batching: a new request joins at the next step, a finished one
+leaves at once; no batch waits for its slowest member.
+
+Preemption by recompute: when a decode step needs a block and none is free,
+the most recently admitted running sequence gives all its blocks back and goes
+to the front of the waiting queue; it is prefilled again later (its prefix may
+then hit the cache). A request that could never fit is refused at admission by
+the engine, so the scheduler never waits for memory that cannot come.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from reference.config import Config
+from reference.engine.block_manager import BlockManager
+from reference.engine.lifecycle import LifecycleLog
+from reference.engine.sequence import Sequence, SequenceStatus
+
+
+class Scheduler:
+    def __init__(self, config: Config, block_manager: BlockManager, log: LifecycleLog):
+        self.max_num_seqs = config.max_num_seqs
+        self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.chunked_prefill = config.enable_chunked_prefill
+        self.block_manager = block_manager
+        self.log = log
+        self.waiting: deque[Sequence] = deque()
+        self.running: deque[Sequence] = deque()
+        self.step = 0  # the engine step being scheduled; stamped on events
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+        self.log.emit("QUEUED", seq.seq_id, self.step, reason="new")
+
+    def is_finished(self) -> bool:
+        return not self.waiting and not self.running
+
+    def schedule(self) -> tuple[list[Sequence], bool]:
+        """Pick the next batch. Returns (sequences, is_prefill).
+
+        Each returned sequence has `num_scheduled_tokens` set: the tokens whose
+        K/V this step computes (a prompt chunk, or 1 for decode).
+        """
+        seqs = self._schedule_prefill()
+        if seqs:
+            return seqs, True
+        seqs = self._schedule_decode()
+        if seqs:
+            return seqs, False
+        # Decode preempted every running sequence: their blocks are free again.
+        return self._schedule_prefill(), True
+
+    def _schedule_prefill(self) -> list[Sequence]:
+        scheduled: list[Sequence] = []
+        budget = self.max_num_batched_tokens
+        # Unfinished chunked prefills go first: they already hold their blocks.
+        for seq in self.running:
+            if budget == 0:
+                break
+            if seq.in_prefill:
+                self._schedule(seq, min(seq.num_uncomputed_tokens, budget), True, scheduled)
+                budget -= seq.num_scheduled_tokens
+        while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
+            seq = self.waiting[0]
+            num_new = len(seq) - self.block_manager.num_cached_tokens(seq)
+            if num_new > budget and not self.chunked_prefill:
+                break  # first come, first served: later requests wait too
+            if not self.block_manager.can_allocate(seq):
+                break
+            self.block_manager.allocate(seq)
+            self.waiting.popleft()
+            seq.status = SequenceStatus.RUNNING
+            self.running.append(seq)
+            self._schedule(seq, min(seq.num_uncomputed_tokens, budget), True, scheduled)
+            budget -= seq.num_scheduled_tokens
+        return scheduled
+
+    def _schedule_decode(self) -> list[Sequence]:
+        scheduled: list[Sequence] = []
+        limit = min(self.max_num_seqs, self.max_num_batched_tokens)
+        while self.running and len(scheduled) < limit:
+            seq = self.running.popleft()
+            while not self.block_manager.can_append(seq):
+                if self.running:
+                    self.preempt(self.running.pop())  # the newest request gives way
+                else:
+                    self.preempt(seq)                 # nobody left to evict: itself
+                    break
+            else:
+                self.block_manager.may_append(seq)
+                self._schedule(seq, 1, False, scheduled)
+        self.running.extendleft(reversed(scheduled))
+        return scheduled
+
+    def _schedule(self, seq: Sequence, num_tokens: int, is_prefill: bool, scheduled: list[Sequence]) -> None:
+        seq.num_scheduled_tokens = num_tokens
+        scheduled.append(seq)
+        now = self.log.now()
+        if seq.first_scheduled_time is None:
+            seq.first_scheduled_time = now
+        self.log.emit("SCHEDULED", seq.seq_id, self.step, now, is_prefill=is_prefill,
+                      num_new_tokens=num_tokens, num_cached_tokens=seq.num_cached_tokens,
+                      block_table=list(seq.block_table))
+
+    def preempt(self, seq: Sequence) -> None:
+        """Recompute preemption: free every block and requeue at the front."""
+        blocks_freed = self.block_manager.deallocate(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_preemptions += 1
+        self.waiting.appendleft(seq)
+        self.log.emit("PREEMPTED", seq.seq_id, self.step, blocks_freed=blocks_freed)
+        self.log.emit("QUEUED", seq.seq_id, self.step, reason="preempted")
+
+    def finish(self, seq: Sequence) -> int:
+        """Take a finished (or aborted) sequence out of its queue; return blocks freed."""
+        (self.running if seq in self.running else self.waiting).remove(seq)
+        seq.status = SequenceStatus.FINISHED
+        return self.block_manager.deallocate(seq)

@@ -1,0 +1,1 @@
+"""Building blocks of the model: attention over the paged KV cache, sampling."""

@@ -1,0 +1,1 @@
+"""Model definitions (Qwen3) and weight loading from Hugging Face folders."""
