@@ -126,6 +126,7 @@ class BlockManager:
                 self.free_block_ids[block_id] = None
                 freed += 1
         seq.block_table = []
+        seq.num_cached_tokens = 0
         return freed
 
     # -- decode ------------------------------------------------------------
