@@ -61,6 +61,16 @@ def test_request_larger_than_kv_pool(tiny_model_dir, device):
     assert_still_serves(llm, tiny_model_dir)
 
 
+def test_request_that_exactly_fills_the_pool_runs(tiny_model_dir, device):
+    # 8 blocks of 16 = 128 slots; 100 prompt + 29 new = 129 tokens, of which the last is never stored.
+    llm = LLM(tiny_model_dir, device=device, dtype="float32", num_kvcache_blocks=8, max_model_len=512)
+    prompt = list(range(1, 101))
+    out = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=29, ignore_eos=True), use_tqdm=False)
+    assert out[0]["token_ids"] == hf_greedy(tiny_model_dir, prompt, 29)
+    with pytest.raises(ValueError, match="KV pool"):
+        llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=30), use_tqdm=False)
+
+
 def test_wrong_sampling_params_type(llm, tiny_model_dir):
     with pytest.raises(TypeError, match="sampling_params"):
         llm.generate([GOOD_PROMPT], "greedy", use_tqdm=False)

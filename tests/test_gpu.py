@@ -53,9 +53,11 @@ def qwen3_small_dir(tmp_path_factory) -> str:
     """A random model with Qwen3-0.6B's per-layer shape (fewer layers, to keep the test short)."""
     from inferlab.tiny_model import make_tiny_model
     src = make_tiny_model(tmp_path_factory.mktemp("src") / "m", seed=5)
-    cfg = transformers.AutoConfig.from_pretrained(src)
-    cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers = 1024, 3072, 4
-    cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim = 16, 8, 128
+    tiny = transformers.AutoConfig.from_pretrained(src)
+    cfg = transformers.Qwen3Config(
+        vocab_size=tiny.vocab_size, hidden_size=1024, intermediate_size=3072, num_hidden_layers=4,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
+        rope_theta=1_000_000.0, tie_word_embeddings=True, eos_token_id=tiny.eos_token_id)
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("qwen3shape") / "m"
     # Saved in bf16, as real Qwen3 checkpoints are; fp32 loads of it are exact.

@@ -78,13 +78,15 @@ class LLMEngine:
         if len(token_ids) >= max_len:
             raise ValueError(f"prompt has {len(token_ids)} tokens but max_model_len is {max_len}: "
                              f"no room to generate")
-        final_len = min(len(token_ids) + params.max_tokens, max_len)
+        # The last sampled token is never fed back, so its K/V never need a slot.
+        stored_len = min(len(token_ids) + params.max_tokens, max_len) - 1
         block_size = self.config.kvcache_block_size
-        blocks_needed = (final_len + block_size - 1) // block_size
-        if blocks_needed > self.block_manager.blocks.__len__():
+        blocks_needed = (stored_len + block_size - 1) // block_size
+        pool = len(self.block_manager.blocks)
+        if blocks_needed > pool:
             raise ValueError(
-                f"request needs {blocks_needed} KV blocks ({final_len} tokens) but the whole KV pool has "
-                f"{len(self.block_manager.blocks)} blocks: it could never run; lower max_tokens")
+                f"request needs {blocks_needed} KV blocks ({stored_len} tokens) but the whole KV pool has "
+                f"{pool} blocks: it could never run; lower max_tokens")
 
     def add_request(self, prompt: str | list[int], sampling_params: SamplingParams) -> int:
         """Check, tokenize and queue one request; returns its seq_id. Raises on bad input, queuing nothing."""

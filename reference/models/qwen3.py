@@ -43,14 +43,20 @@ def rope_theta(cfg: dict) -> float:
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE with the 'rotate half' layout, cos/sin computed in fp32 from positions."""
+    """RoPE with the 'rotate half' layout, cos/sin computed in fp32 from positions.
+
+    `inv_freq` is deliberately not a buffer: `model.to(torch.bfloat16)` would
+    round it to 8 mantissa bits, and the angles of late positions (position x
+    frequency) would drift; that doubled the bf16 logit error before we fixed it.
+    """
 
     def __init__(self, head_dim: int, base: float):
         super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos()[:, None, :].to(q.dtype), emb.sin()[:, None, :].to(q.dtype)
