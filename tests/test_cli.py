@@ -1,0 +1,65 @@
+"""The `inferlab` command and README's promises: demo, make-tiny-model, trace."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from rich.console import Console
+
+from inferlab.cli import main
+from inferlab.demo import DEMO_CONVERSATIONS, DEMO_MAX_NUM_SEQS, run_demo
+from reference.metrics import check_lifecycle, read_log, request_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_demo_runs_prints_table_and_writes_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("INFERLAB_CACHE", str(tmp_path / "cache"))
+    log = tmp_path / "demo.jsonl"
+    console = Console(record=True, width=160)
+    outputs = run_demo(None, "cpu", str(log), console=console)
+    text = console.export_text()
+    assert "TTFT" in text and "TPOT" in text and str(log) in text
+    assert (tmp_path / "cache" / "tiny-qwen3-seed0" / "config.json").is_file()
+    events = read_log(log)
+    assert check_lifecycle(events) == []
+    metrics = request_metrics(events)
+    assert len(outputs) == len(metrics) == len(DEMO_CONVERSATIONS)
+    for (_, max_tokens), out, m in zip(DEMO_CONVERSATIONS, outputs, metrics.values()):
+        assert m.num_output_tokens == len(out["token_ids"]) <= max_tokens
+    # More requests than slots: some must have queued behind others (continuous batching).
+    assert len(DEMO_CONVERSATIONS) > DEMO_MAX_NUM_SEQS
+    first_scheduled = {}
+    for e in events:
+        if e["event"] == "SCHEDULED":
+            first_scheduled.setdefault(e["seq_id"], e["step"])
+    assert min(first_scheduled.values()) < max(first_scheduled.values())
+
+
+def test_make_tiny_model_and_trace_commands(tmp_path, capsys):
+    assert main(["make-tiny-model", str(tmp_path / "m"), "--seed", "3"]) == 0
+    assert (tmp_path / "m" / "model.safetensors").is_file()
+    log = tmp_path / "d.jsonl"
+    assert main(["demo", "--device", "cpu", "--model", str(tmp_path / "m"), "--log", str(log)]) == 0
+    capsys.readouterr()
+    assert main(["trace", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "Requests" in out and "Summary" in out and "Steps" in out and "lifecycle: OK" in out
+
+
+def test_cli_reports_bad_input_without_traceback(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n")
+    assert main(["trace", str(bad)]) == 2
+    assert "line 1" in capsys.readouterr().err
+    assert main(["demo", "--device", "cpu", "--model", str(tmp_path / "missing")]) == 2
+
+
+def test_ci_runs_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
+    setup, test_command = blocks[0], blocks[1]
+    assert "inferlab demo" in setup and "torch==2.13.0" in setup
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test_command.strip() in ci, f"README's test command {test_command!r} is not what .ci/run runs"
+    assert "torch==2.13.0" in ci
