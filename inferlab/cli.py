@@ -26,6 +26,27 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_build(args: argparse.Namespace) -> int:
+    from inferlab.build import build
+    console = Console()
+    try:
+        report = build(args.root, args.out, only=args.only, execute=not args.no_execute,
+                       handouts=not args.no_handouts, timeout=args.timeout,
+                       progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+    except RuntimeError as err:  # the notebook packages are missing
+        Console(stderr=True).print(f"[bold red]error:[/bold red] {err}")
+        return 2
+    for r in report.notebooks:
+        status = "[green]ok[/green]" if r.error is None else "[bold red]FAILED[/bold red]"
+        console.print(f"{status} {r.html} ({r.seconds:.1f} s)")
+        if r.error is not None:
+            console.print(r.error[-2000:], markup=False, highlight=False)
+    for path in report.handouts:
+        console.print(f"[green]ok[/green] {path}")
+    console.print(f"index: [bold]{report.out / 'index.html'}[/bold]")
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="inferlab", description="InferLab: a teaching LLM inference engine.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -44,6 +65,16 @@ def build_parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="print per-request and per-step metrics of a lifecycle log")
     trace.add_argument("log")
     trace.set_defaults(func=_cmd_trace)
+
+    build = sub.add_parser("build", help="execute the tutorials and render them and the lab handouts to HTML")
+    build.add_argument("--root", default=".", help="repository root (holds tutorials/ and assignments/)")
+    build.add_argument("--out", default="build", help="output folder (default: build/)")
+    build.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                       help="only tutorials whose file name contains one of these (e.g. 01 Tutorial_03)")
+    build.add_argument("--no-execute", action="store_true", help="render the notebooks as they are, without running")
+    build.add_argument("--no-handouts", action="store_true", help="skip assignments/*/README.md")
+    build.add_argument("--timeout", type=int, default=600, help="seconds allowed per notebook cell")
+    build.set_defaults(func=_cmd_build)
     return parser
 
 

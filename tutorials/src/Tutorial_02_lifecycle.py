@@ -1,0 +1,276 @@
+# Tutorial 02 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+
+# %% [markdown]
+# # Tutorial 02 · 请求生命周期：Prefill 与 Decode
+#
+# **教学目标**
+#
+# 1. 说出一个请求在引擎里经过的状态：queued → prefill → decode → finished，以及 preempted（被抢占后重新排队）。
+# 2. 从 lifecycle log 画出每个请求的时间线（timeline），看懂 prefill-first 调度下 decode 为什么会"停顿"。
+# 3. 把 TTFT 拆成三段：**queue**（排队）+ **schedule**（调度开销）+ **prefill**（前向计算、采样、后处理），并验证三段之和正好等于 TTFT。
+# 4. 看 chat template 如何把一句很短的话变成长得多的 prompt。
+
+# %%
+import os
+import random
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import matplotlib.pyplot as plt
+import torch
+
+from inferlab.tiny_model import ensure_tiny_model
+from reference import LLM, SamplingParams
+from reference.metrics import check_lifecycle, request_metrics
+
+MODEL = os.environ.get("INFERLAB_MODEL") or str(ensure_tiny_model())
+if not torch.cuda.is_available():
+    torch.set_num_threads(1)  # tiny model：单线程更快
+
+# %% [markdown]
+# ## 1. 一个会排队、也会被抢占的小场景
+#
+# 为了在一张图里看到所有状态，我们故意把资源设得很紧：
+#
+# - `max_num_seqs=4`：最多 4 个请求同时 running；
+# - `num_kvcache_blocks=12`，`kvcache_block_size=16`：整个 KV cache 只有 192 个 token 的位置；
+# - 请求不是一次全部到达，而是每隔几步来两个（下面的 `arrivals`）。
+#
+# 每个请求最长约 100 个 token（7 个 block），4 个一起跑到最后最多要 28 个 block，比 12 个多，所以一定会发生 **preemption**。
+# `ignore_eos=True` 让每个请求正好生成 `max_tokens` 个 token，实验可重复。
+
+# %%
+llm = LLM(MODEL, device="auto", max_num_seqs=4, kvcache_block_size=16, num_kvcache_blocks=12,
+          enable_prefix_caching=False)
+vocab = llm.config.hf_config["vocab_size"]
+rng = random.Random(0)
+requests = [([rng.randrange(vocab - 3) for _ in range(rng.randint(20, 40))],
+             SamplingParams(temperature=0.0, max_tokens=rng.randint(30, 60), ignore_eos=True))
+            for _ in range(8)]
+arrivals = {0: requests[0:2], 6: requests[2:4], 12: requests[4:6], 30: requests[6:8]}  # step -> new requests
+
+# 记录每一步的时间点：调度开始、模型运行开始。TTFT 分解要用。
+marks = {}
+orig_schedule, orig_run = llm.scheduler.schedule, llm.model_runner.run
+
+
+def timed_schedule():
+    marks.setdefault(llm.step_index, {})["schedule_start"] = time.perf_counter()
+    return orig_schedule()
+
+
+def timed_run(seqs, is_prefill):
+    marks[llm.step_index]["run_start"] = time.perf_counter()
+    return orig_run(seqs, is_prefill)
+
+
+llm.scheduler.schedule, llm.model_runner.run = timed_schedule, timed_run
+
+while arrivals or not llm.is_finished():
+    for prompt, sp in arrivals.pop(llm.step_index, []):
+        llm.add_request(prompt, sp)
+    if llm.is_finished():          # 没有请求在跑：时间"快进"到下一批到达
+        llm.step_index = min(arrivals)
+        continue
+    llm.step()
+
+events = llm.log.events
+assert check_lifecycle(events) == [], check_lifecycle(events)
+num_preempted = sum(e["event"] == "PREEMPTED" for e in events)
+print(f"{llm.step_index} steps, {len(requests)} requests, {num_preempted} preemptions")
+assert num_preempted > 0
+
+# %% [markdown]
+# > 注意：没有请求在跑时，上面的循环直接把 `step_index` 跳到下一批请求的到达步。
+# > 这只是为了让到达时间用 "step" 表示、结果可重复；真实的服务器会空等。
+
+# %% [markdown]
+# ## 2. 从 log 还原每一步的状态
+#
+# 对每个请求、每一步，状态取决于它这一步的事件：
+#
+# | 状态 | 判断 |
+# | --- | --- |
+# | queued | 已 `ARRIVED`，还没有第一次 `SCHEDULED` |
+# | prefill / decode | 这一步有 `SCHEDULED`，看 `is_prefill` |
+# | stalled | running（持有 KV block），但这一步没有被调度：prefill-first 策略下，有新请求 prefill 时，正在 decode 的请求要等这一步 |
+# | preempted | `PREEMPTED` 之后、再次 `SCHEDULED` 之前（block 已全部释放，回到 waiting 队列最前面） |
+
+# %%
+def states_per_step(events, num_steps):
+    """{seq_id: [state or None for each step]} rebuilt from the lifecycle log alone."""
+    by_seq = {}
+    for e in events:
+        if e["seq_id"] is not None:
+            by_seq.setdefault(e["seq_id"], []).append(e)
+    table = {}
+    for seq_id, evs in by_seq.items():
+        row = [None] * num_steps
+        state = None
+        scheduled_at = {e["step"]: e["is_prefill"] for e in evs if e["event"] == "SCHEDULED"}
+        marks_at = {}
+        for e in evs:
+            marks_at.setdefault(e["step"], []).append(e["event"])
+        for step in range(num_steps):
+            names = marks_at.get(step, [])
+            if "ARRIVED" in names:
+                state = "queued"
+            if step in scheduled_at:
+                state = "running"
+                row[step] = "prefill" if scheduled_at[step] else "decode"
+            elif "PREEMPTED" in names:
+                state = "preempted"
+            if row[step] is None and state is not None:
+                row[step] = "stalled" if state == "running" else state
+            if "FINISHED" in names:
+                state = None
+        table[seq_id] = row
+    return table
+
+
+states = states_per_step(events, llm.step_index)
+COLORS = {"queued": "#bbbbbb", "prefill": "#d62728", "decode": "#1f77b4", "stalled": "#ffbf00",
+          "preempted": "#9467bd"}
+fig, ax = plt.subplots(figsize=(11, 3.6))
+for seq_id, row in states.items():
+    for step, state in enumerate(row):
+        if state is not None:
+            ax.barh(seq_id, 1, left=step, color=COLORS[state], edgecolor="none")
+    finished = next(e["step"] for e in events if e["event"] == "FINISHED" and e["seq_id"] == seq_id)
+    ax.plot(finished + 1, seq_id, marker="|", color="black", markersize=12)
+ax.set_xlabel("engine step")
+ax.set_ylabel("request id")
+ax.invert_yaxis()
+ax.set_title("per-request timeline (| = finished)")
+fig.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()], labels=list(COLORS),
+           ncols=5, loc="lower center")
+plt.tight_layout(rect=(0, 0.08, 1, 1))
+plt.show()
+
+# %% [markdown]
+# 从图上能读出：
+#
+# - 红色的 prefill 只占一步（prompt 一次算完）；蓝色的 decode 一步一个 token。
+# - 有新请求到达的那一步，其他请求是黄色（stalled）：这是 prefill-first 调度的代价，decode 的 inter-token latency 会出现尖峰。
+# - 紫色（preempted）：KV cache 用完时，最新加入的请求交出全部 block、回到队列最前，之后要 **重新 prefill**（再一次红色）。
+
+# %%
+for seq_id, row in states.items():
+    n_prefill = row.count("prefill")
+    if row.count("preempted"):
+        print(f"request {seq_id}: preempted for {row.count('preempted')} steps, prefilled {n_prefill} times")
+
+# %% [markdown]
+# ## 3. TTFT = queue + schedule + prefill
+#
+# 对每个请求（时间都来自 `time.perf_counter()`，和 log 用的是同一个时钟）：
+#
+# - **queue** = 它第一次被调度的那一步开始调度的时刻 − `ARRIVED`
+# - **schedule** = 那一步 `ModelRunner.run` 开始的时刻 − 调度开始的时刻（`Scheduler.schedule` 和 log 的开销）
+# - **prefill** = `FIRST_TOKEN` − `ModelRunner.run` 开始（前向计算、采样、后处理）
+#
+# 三段首尾相接，所以和一定等于 `FIRST_TOKEN − ARRIVED`，也就是 `reference.metrics` 算出的 TTFT。
+
+# %%
+metrics = request_metrics(events)
+rows = []
+for seq_id, m in metrics.items():
+    evs = [e for e in events if e["seq_id"] == seq_id]
+    arrived = next(e for e in evs if e["event"] == "ARRIVED")
+    first_sched = next(e for e in evs if e["event"] == "SCHEDULED")
+    first_token = next(e for e in evs if e["event"] == "FIRST_TOKEN")
+    step_marks = marks[first_sched["step"]]
+    queue = step_marks["schedule_start"] - arrived["time"]
+    schedule = marks[first_token["step"]]["run_start"] - step_marks["schedule_start"]
+    prefill = first_token["time"] - marks[first_token["step"]]["run_start"]
+    assert abs((queue + schedule + prefill) - m.ttft) < 1e-9
+    rows.append((seq_id, queue * 1e3, schedule * 1e3, prefill * 1e3, m.ttft * 1e3))
+    print(f"request {seq_id}: queue {queue * 1e3:7.2f} ms + schedule {schedule * 1e3:5.2f} ms "
+          f"+ prefill {prefill * 1e3:6.2f} ms = TTFT {m.ttft * 1e3:7.2f} ms")
+
+# %%
+fig, (ax, ax_pct) = plt.subplots(1, 2, figsize=(11, 3.2))
+ids = [r[0] for r in rows]
+bottom, bottom_pct = [0.0] * len(rows), [0.0] * len(rows)
+for k, (name, color) in enumerate([("queue", "#bbbbbb"), ("schedule", "#2ca02c"), ("prefill", "#d62728")], start=1):
+    values = [r[k] for r in rows]
+    pct = [100 * r[k] / r[4] for r in rows]
+    ax.bar(ids, values, bottom=bottom, color=color, label=name)
+    ax_pct.bar(ids, pct, bottom=bottom_pct, color=color, label=name)
+    bottom = [b + v for b, v in zip(bottom, values)]
+    bottom_pct = [b + v for b, v in zip(bottom_pct, pct)]
+ax.set(xlabel="request id", ylabel="ms", title="TTFT = queue + schedule + prefill")
+ax_pct.set(xlabel="request id", ylabel="% of TTFT", title="the same, as shares of TTFT")
+ax.legend()
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# 同一批到达的两个请求在同一步里一起 prefill，所以它们的 schedule 段和 prefill 段一样长；
+# 差别在 queue：前面的请求还占着位置（`max_num_seqs`）或 KV block 不够时，新请求只能等。
+# 在 CPU 上的 tiny model 里 schedule 只占 TTFT 的百分之几；负载越高，queue 的比例越大 —— Tutorial 08 会系统地测这一点。
+
+# %% [markdown]
+# ## 4. Chat template 让 prompt 变长
+#
+# 聊天模型不直接吃用户的一句话，而是吃一段套上角色标记的文本（ChatML：`<|im_start|>role ... <|im_end|>`）。
+# `tokenizer.apply_chat_template` 负责套模板；多轮对话时，**整段历史** 每轮都要重新作为 prompt。
+
+# %%
+tok = llm.tokenizer
+question = "什么是 KV cache？"
+system = {"role": "system", "content": "You are a patient tutor who explains LLM inference step by step."}
+history = [
+    {"role": "user", "content": "Why is decode slower per token than prefill?"},
+    {"role": "assistant", "content": "Because each decode step reads every weight to produce only one token."},
+]
+cases = {
+    "raw text": question,
+    "user only": [{"role": "user", "content": question}],
+    "system + user": [system, {"role": "user", "content": question}],
+    "system + 1 turn history + user": [system, *history, {"role": "user", "content": question}],
+}
+lengths = {}
+for name, conv in cases.items():
+    text = conv if isinstance(conv, str) else tok.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+    lengths[name] = len(llm.tokenize(text))
+    print(f"{name:32} {lengths[name]:4d} tokens")
+print()
+print(tok.apply_chat_template(cases["system + user"], add_generation_prompt=True, tokenize=False))
+assert lengths["raw text"] < lengths["user only"] < lengths["system + user"] < lengths["system + 1 turn history + user"]
+
+# %% [markdown]
+# 一句只有几个 token 的问题，加上 system prompt 和一轮历史以后变成几十个 token：
+# prefill 的工作量、TTFT 和 KV cache 占用都跟着涨。这正是 Tutorial 05（prefix caching）要解决的问题：
+# 多轮对话里，历史部分每一轮都一样，没必要每轮都重算。
+
+# %% [markdown]
+# ## 课堂练习
+#
+# **练习 1.** 从 `events` 找出所有被抢占过的请求：每次被抢占时释放了几个 block？被抢占时它已经生成了几个 token？
+#
+# **练习 2.** 被抢占的请求再次 prefill 时，`SCHEDULED` 事件里的 `num_new_tokens` 是多少？
+# 为什么它比原来的 prompt 长？（提示：preemption by recompute。）
+
+# %%
+# 在这里写你的答案
+
+
+# %% [markdown]
+# ### 参考答案
+
+# %% [answer]
+for e in events:
+    if e["event"] != "PREEMPTED":
+        continue
+    seq_id = e["seq_id"]
+    tokens_before = sum(1 for x in events if x["seq_id"] == seq_id and x["event"] in ("FIRST_TOKEN", "TOKEN")
+                        and x["step"] < e["step"])
+    re_prefill = next(x for x in events if x["seq_id"] == seq_id and x["event"] == "SCHEDULED"
+                      and x["step"] > e["step"])
+    prompt_len = next(x["prompt_len"] for x in events if x["seq_id"] == seq_id and x["event"] == "ARRIVED")
+    print(f"request {seq_id} preempted at step {e['step']}: freed {e['blocks_freed']} blocks after "
+          f"{tokens_before} tokens; re-prefill computes {re_prefill['num_new_tokens']} tokens "
+          f"(prompt {prompt_len} + {tokens_before} generated)")
+    # recompute：已生成的 token 成了新 prompt 的一部分，它们的 KV 也要重算
+    assert re_prefill["is_prefill"] and re_prefill["num_new_tokens"] == prompt_len + tokens_before

@@ -1,0 +1,338 @@
+# Tutorial 07 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+
+# %% [markdown]
+# # Tutorial 07 · Model runner 与执行路径
+#
+# **教学目标**
+#
+# 1. 看懂 `ModelRunner.prepare_prefill` / `prepare_decode` 每一步真正交给模型的输入张量：
+#    扁平的 `input_ids`、`positions`，`cu_seqlens_q/k`，`slot_mapping`，`block_tables`，`context_lens`。
+# 2. 会用公式 `slot = block_table[p // block_size] * block_size + p % block_size` 从 block table 算出 slot，并在 `kv_cache` 里找到写进去的 K/V。
+# 3. 看 prefix 命中和 chunked prefill 时 `cu_seqlens_q` 和 `cu_seqlens_k` 为什么不同。
+# 4. 用 Hugging Face `transformers` 的稠密实现当 oracle，验证分页执行路径算出的 token 完全一样。
+# 5. 有 GPU 时：看 CUDA graphs 和 Triton kernel 带来的差别；没有 GPU 时，知道那里会跑什么。
+
+# %%
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from inferlab.tiny_model import ensure_tiny_model
+from reference import LLM, SamplingParams
+
+MODEL = os.environ.get("INFERLAB_MODEL") or str(ensure_tiny_model())
+if not torch.cuda.is_available():
+    torch.set_num_threads(1)  # tiny model：单线程更快
+
+# %% [markdown]
+# ## 1. 截下每一步的输入张量
+#
+# 不改引擎代码：把 `prepare_prefill` / `prepare_decode` 包一层，原样返回结果，同时把结果存下来。
+# 三个 prompt，长度 5、11、19，`kvcache_block_size=8`，各生成 3 个 token。
+
+# %%
+def record_inputs(llm):
+    captured = []
+    runner = llm.model_runner
+    for name in ("prepare_prefill", "prepare_decode"):
+        original = getattr(runner, name)
+
+        def wrapper(seqs, _original=original, _name=name):
+            input_ids, positions, meta = _original(seqs)
+            captured.append({"phase": _name.split("_")[1], "input_ids": input_ids.cpu(), "positions": positions.cpu(),
+                             "meta": meta, "block_table_lists": [list(s.block_table) for s in seqs],
+                             "seq_lens": [len(s) for s in seqs]})
+            return input_ids, positions, meta
+
+        setattr(runner, name, wrapper)
+    return captured
+
+
+def show(step):
+    meta = step["meta"]
+    print(f"--- {step['phase']} ---")
+    print("input_ids     ", step["input_ids"].tolist())
+    print("positions     ", step["positions"].tolist())
+    if meta.cu_seqlens_q is not None:
+        print("cu_seqlens_q  ", meta.cu_seqlens_q.tolist())
+        print("cu_seqlens_k  ", meta.cu_seqlens_k.tolist())
+    print("slot_mapping  ", meta.slot_mapping.tolist())
+    print("block_tables  ", meta.block_tables.tolist())
+    print("context_lens  ", meta.context_lens.tolist())
+
+
+BS = 8
+llm = LLM(MODEL, device="auto", kvcache_block_size=BS, num_kvcache_blocks=32, enable_prefix_caching=False)
+captured = record_inputs(llm)
+prompts = [list(range(100, 105)), list(range(200, 211)), list(range(300, 319))]
+outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True), use_tqdm=False)
+print(f"{len(captured)} steps captured: {[c['phase'] for c in captured]}")
+show(captured[0])
+
+# %% [markdown]
+# 读 prefill 的张量：
+#
+# - 三个请求的 token **首尾相接** 成一个扁平的 `input_ids`（5 + 11 + 19 = 35 个），没有 padding。
+# - `cu_seqlens_q` 是前缀和 `[0, 5, 16, 35]`：第 i 个请求的 token 在 `input_ids[cu[i]:cu[i+1]]`。attention 靠它知道每个 query 属于谁。
+# - `positions` 每个请求都从 0 开始（RoPE 用）。
+# - `slot_mapping` 是每个新 token 的 K/V 要写进的 slot；`block_tables` 用 0 补齐成矩形，补出来的部分由 `context_lens` 屏蔽。
+#
+# 用公式验证每个 slot：
+
+# %%
+def check_slots(step, block_size=BS):
+    slots = step["meta"].slot_mapping.tolist()
+    expected = []
+    if step["phase"] == "prefill":
+        cu = step["meta"].cu_seqlens_q.tolist()
+        ctx = step["meta"].context_lens.tolist()
+        for i, table in enumerate(step["block_table_lists"]):
+            n_new = cu[i + 1] - cu[i]
+            for p in range(ctx[i] - n_new, ctx[i]):
+                expected.append(table[p // block_size] * block_size + p % block_size)
+    else:
+        for table, length in zip(step["block_table_lists"], step["seq_lens"]):
+            p = length - 1                      # decode: the newest token sits at position len - 1
+            expected.append(table[p // block_size] * block_size + p % block_size)
+    assert slots == expected, (slots, expected)
+    return True
+
+
+print("all slots match the formula:", all(check_slots(step) for step in captured))
+show(captured[1])
+
+# %% [markdown]
+# decode 步每个请求只有 1 个 token：它的 position 是 `len - 1`（刚采样出来、还没存 K/V 的那个 token），
+# `context_lens = len`（attention 要看的 K/V 个数，包括它自己）。decode 的 metadata 不需要 `cu_seqlens`：每个请求正好一行。
+
+# %% [markdown]
+# ## 2. `kv_cache` 里写进了什么
+#
+# 引擎结束后，把 layer 0 的 K 按 slot 展开，看哪些 slot 有数据，按请求上色。
+
+# %%
+kv = llm.model_runner.kv_cache
+k0 = kv[0, 0].reshape(-1, kv.shape[-2] * kv.shape[-1]).float().cpu()
+written = (k0.abs().sum(dim=1) > 0).numpy()
+owner = np.full(kv.shape[2] * BS, -1)
+final_tables = captured[-1]["block_table_lists"]
+for i, table in enumerate(final_tables):
+    for b in table:
+        owner[b * BS:(b + 1) * BS] = i
+image = np.where(written, owner, -1).reshape(-1, BS)[: max(max(t) for t in final_tables) + 2]
+fig, ax = plt.subplots(figsize=(3.5, 4))
+cmap = plt.matplotlib.colors.ListedColormap(["#eeeeee", "#1f77b4", "#ff7f0e", "#2ca02c"])
+ax.imshow(image + 1, cmap=cmap, vmin=0, vmax=3, aspect="auto")
+ax.set(xlabel="offset in block", ylabel="physical block", title="slots holding K (layer 0)")
+plt.tight_layout()
+plt.show()
+for i, (p, table) in enumerate(zip(prompts, final_tables)):
+    stored = len(p) + 3 - 1
+    got = int(sum(written[b * BS:(b + 1) * BS].sum() for b in table))
+    print(f"request {i}: blocks {table}, slots written {got} = prompt {len(p)} + 2 decoded tokens")
+    assert got == stored
+
+# %% [markdown]
+# ## 3. `cu_seqlens_q` ≠ `cu_seqlens_k`：prefix 命中与 chunked prefill
+#
+# prefill 不一定从 position 0 开始。两种情况下，query 只是 prompt 的后一段，但 attention 要看整个前缀的 K/V：
+#
+# - **prefix 命中**：前面的 block 已经在 cache 里；
+# - **chunked prefill**：长 prompt 被切成几段，每步只算一段（`enable_chunked_prefill=True`，每步最多 `max_num_batched_tokens` 个 token）。
+
+# %%
+llm = LLM(MODEL, device="auto", kvcache_block_size=BS, num_kvcache_blocks=32)
+captured = record_inputs(llm)
+shared = list(range(400, 416))                        # two full blocks
+llm.generate([shared + [1, 2, 3]], SamplingParams(temperature=0.0, max_tokens=2), use_tqdm=False)
+llm.generate([shared + [7, 8, 9, 10]], SamplingParams(temperature=0.0, max_tokens=2), use_tqdm=False)
+hit = [c for c in captured if c["phase"] == "prefill"][1]
+show(hit)
+assert hit["meta"].cu_seqlens_q.tolist() == [0, 4] and hit["meta"].cu_seqlens_k.tolist() == [0, 20]
+
+# %%
+llm = LLM(MODEL, device="auto", kvcache_block_size=BS, num_kvcache_blocks=32, enable_chunked_prefill=True,
+          max_num_batched_tokens=16, enable_prefix_caching=False)
+captured = record_inputs(llm)
+llm.add_request(list(range(500, 540)), SamplingParams(temperature=0.0, max_tokens=2))
+while not llm.is_finished():
+    outs = llm.step()
+    step = captured[-1]
+    print(f"{step['phase']:8} positions {step['positions'][0].item():2d}..{step['positions'][-1].item():2d}  "
+          f"cu_seqlens_q={step['meta'].cu_seqlens_q.tolist() if step['meta'].cu_seqlens_q is not None else '-'}  "
+          f"cu_seqlens_k={step['meta'].cu_seqlens_k.tolist() if step['meta'].cu_seqlens_k is not None else '-'}  "
+          f"sampled={outs[0].new_token_ids}")
+chunks = [c for c in captured if c["phase"] == "prefill"]
+assert [c["meta"].cu_seqlens_k.tolist()[-1] for c in chunks] == [16, 32, 40]
+
+# %% [markdown]
+# 40 个 token 的 prompt 分三段（16 + 16 + 8）。前两段没有采样（`sampled=[]`）：它们的最后一个位置不是 prompt 的最后一个 token，
+# logits 没有意义。每段的 `cu_seqlens_k` 是 **这一段的末尾**（16、32、40），而不是整个 prompt 的长度：
+# 第一段的 query 看不到还没算的后面的 token。
+
+# %% [markdown]
+# ## 4. 和稠密实现对答案
+#
+# 分页、扁平化、slot 映射，任何一处算错，生成的 token 就会变。Hugging Face `transformers` 的 `generate` 用普通的稠密 attention，
+# 当作独立的 oracle：同样的权重、greedy decoding，token 必须一模一样。
+
+# %%
+from transformers import AutoModelForCausalLM, GenerationConfig
+from transformers.utils import logging as hf_logging
+
+hf_logging.disable_progress_bar()
+llm = LLM(MODEL, device="auto", kvcache_block_size=BS)
+params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+ours = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+hf = AutoModelForCausalLM.from_pretrained(MODEL, dtype=llm.config.torch_dtype).to(llm.config.device).eval()
+gen_cfg = GenerationConfig(do_sample=False, max_new_tokens=12, eos_token_id=None, pad_token_id=0)
+for p, mine in zip(prompts, ours):
+    ids = torch.tensor([p], device=llm.config.device)
+    with torch.no_grad():
+        theirs = hf.generate(ids, generation_config=gen_cfg, attention_mask=torch.ones_like(ids))[0, len(p):].tolist()
+    print("match" if theirs == mine else "DIFFERENT", mine)
+    assert theirs == mine
+
+# %% [markdown]
+# ## 5. GPU：CUDA graphs 与 Triton kernel
+#
+# 在 CPU 上跑的是纯 PyTorch 的 "torch" attention backend（写得清楚、当 oracle 用）。在 GPU 上，引擎还会用：
+#
+# - **Triton kernel**（`attention_backend="triton"`）：KV store（按 `slot_mapping` 把新 K/V 写进 cache）和 paged decode attention
+#   （直接按 `block_tables` 从分页的 cache 里读 K/V，不先拷成连续的张量）。
+# - **CUDA graphs**：decode 一步有几百个小 kernel，从 Python 一个个 launch 比它们实际运行还慢。
+#   把一次 decode 录成 graph（按 batch size 分桶），之后每步只 replay 一次。`enforce_eager=True` 关掉它。
+#
+# 下面的代码在有 GPU 时实测；没有 GPU 时只打印说明。
+
+# %%
+def decode_step_ms(llm, batch=8, tokens=32):
+    """Median wall time of a decode step, from the lifecycle log's STEP events."""
+    vocab = llm.config.hf_config["vocab_size"]
+    reqs = [[(13 * i + j) % (vocab - 3) for j in range(32)] for i in range(batch)]
+    llm.generate(reqs, SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True), use_tqdm=False)
+    steps = [e for e in llm.log.events if e["event"] == "STEP"]
+    gaps = [b["time"] - a["time"] for a, b in zip(steps, steps[1:]) if not a["is_prefill"] and not b["is_prefill"]]
+    return float(np.median(gaps)) * 1e3
+
+
+if torch.cuda.is_available():
+    print("GPU:", torch.cuda.get_device_name())
+    results = {}
+    for backend in ("torch", "auto"):
+        for eager in (True, False):
+            try:
+                engine = LLM(MODEL, device="cuda", attention_backend=backend, enforce_eager=eager, max_num_seqs=8)
+            except ValueError as err:           # a backend this build or machine does not have
+                print(f"attention_backend={backend!r}: not available ({err})")
+                continue
+            decode_step_ms(engine, tokens=8)    # warm-up
+            ms = decode_step_ms(engine)
+            graphs = sorted(getattr(engine.model_runner, "graphs", {}) or [])
+            name = engine.model_runner.backend.name
+            results[(name, eager)] = ms
+            tokens = [o["token_ids"] for o in engine.generate(prompts, params, use_tqdm=False)]
+            print(f"backend={name:7} enforce_eager={eager!s:5} decode step {ms:6.3f} ms  "
+                  f"CUDA graph buckets={graphs or 'none'}  same tokens as CPU oracle: {tokens == ours}")
+    fig, ax = plt.subplots(figsize=(6, 2.5))
+    labels = [f"{n}\n{'eager' if e else 'graphs'}" for n, e in results]
+    ax.bar(labels, list(results.values()), color="#1f77b4")
+    ax.set(ylabel="ms per decode step", title="decode step time on the GPU (batch 8)")
+    plt.tight_layout()
+    plt.show()
+else:
+    print("No CUDA device: this cell measures nothing on this machine. On a GPU it would compare, on the same requests:")
+    print("  - attention_backend='torch' vs the Triton backend: the KV store and paged decode attention kernels;")
+    print("  - enforce_eager=True vs CUDA graphs: one graph replay per decode step instead of hundreds of launches;")
+    print("  and check that every configuration still produces the oracle's tokens.")
+
+# %% [markdown]
+# ### CUDA graph 的机制
+#
+# 一个 graph 录下的是 **固定地址** 上的一串 kernel：replay 时不会重新看 Python 代码，输入只能通过事先分配好的静态张量传进去。
+# 这就是为什么引擎要为每个 batch size 桶各录一个 graph、每步先把输入拷进静态 buffer 再 replay，
+# 也是为什么形状多变的 prefill 一般不录。下面用模型里的一个 MLP 演示录制和 replay（只在 GPU 上跑）。
+
+# %%
+if torch.cuda.is_available():
+    mlp = LLM(MODEL, device="cuda").model_runner.model.model.layers[0].mlp
+    hidden = mlp.gate_up_proj.in_features
+    static_x = torch.randn(8, hidden, device="cuda", dtype=mlp.gate_up_proj.weight.dtype)
+    with torch.inference_mode():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):          # warm up on a side stream before capture
+            for _ in range(3):
+                mlp(static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_y = mlp(static_x)
+        new_x = torch.randn_like(static_x)
+        static_x.copy_(new_x)                  # inputs go in through the captured buffer
+        graph.replay()
+        assert torch.allclose(static_y, mlp(new_x), atol=1e-5)
+
+        def timeit(fn, n=200):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(n):
+                fn()
+            torch.cuda.synchronize()
+            return (time.perf_counter() - start) / n * 1e6
+
+        print(f"MLP eager: {timeit(lambda: mlp(static_x)):.1f} us/call, graph replay: {timeit(graph.replay):.1f} us/call")
+else:
+    print("No CUDA device: skipped. torch.cuda.CUDAGraph needs a GPU.")
+
+# %% [markdown]
+# ## 课堂练习
+#
+# **练习 1.** 一个 decode batch 里有 3 个请求，长度分别是 9、16、17，`block_size=8`，block table 分别是 `[4, 7]`、`[0, 2]`、`[5, 1, 3]`。
+# 写出这一步的 `positions`、`slot_mapping`、`context_lens`，以及补齐后的 `block_tables`。
+#
+# **练习 2.** 第 3 节的 chunked prefill 里，如果 `max_num_batched_tokens=12`，40 个 token 的 prompt 会分成几段？每段的 `cu_seqlens_k` 是多少？哪一步第一次采样？
+
+# %%
+# 在这里写你的答案
+
+
+# %% [markdown]
+# ### 参考答案
+
+# %% [answer]
+# 练习 1：position = len - 1；slot = table[p // 8] * 8 + p % 8；context_len = len；block_tables 用 0 补到最长的 3 列
+lengths, tables = [9, 16, 17], [[4, 7], [0, 2], [5, 1, 3]]
+positions = [n - 1 for n in lengths]
+slots = [t[p // 8] * 8 + p % 8 for t, p in zip(tables, positions)]
+padded = [t + [0] * (3 - len(t)) for t in tables]
+print("positions", positions, "slot_mapping", slots, "context_lens", lengths, "block_tables", padded)
+assert positions == [8, 15, 16] and slots == [56, 23, 24]
+
+# 用引擎自己的 prepare_decode 验证（构造 Sequence，填好 block table）
+from reference.engine.sequence import Sequence
+
+runner = LLM(MODEL, device="auto", kvcache_block_size=8, num_kvcache_blocks=8).model_runner
+seqs = []
+for i, (n, t) in enumerate(zip(lengths, tables)):
+    seq = Sequence(list(range(n)), SamplingParams(), 8, seq_id=i)
+    seq.block_table = t
+    seqs.append(seq)
+_, pos, meta = runner.prepare_decode(seqs)
+assert pos.tolist() == positions and meta.slot_mapping.tolist() == slots
+assert meta.context_lens.tolist() == lengths and meta.block_tables.tolist() == padded
+
+# 练习 2：12 + 12 + 12 + 4，cu_seqlens_k 依次是 12、24、36、40；第 4 段算完 prompt 的最后一个 token，才第一次采样
+llm = LLM(MODEL, device="auto", kvcache_block_size=BS, num_kvcache_blocks=32, enable_chunked_prefill=True,
+          max_num_batched_tokens=12, enable_prefix_caching=False)
+captured = record_inputs(llm)
+llm.generate([list(range(500, 540))], SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=False)
+ends = [c["meta"].cu_seqlens_k.tolist()[-1] for c in captured if c["phase"] == "prefill"]
+first_token_step = next(e["step"] for e in llm.log.events if e["event"] == "FIRST_TOKEN")
+print("cu_seqlens_k ends per chunk:", ends, "| first token sampled in step", first_token_step)
+assert ends == [12, 24, 36, 40] and first_token_step == 3

@@ -1,0 +1,247 @@
+# Tutorial 08 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+
+# %% [markdown]
+# # Tutorial 08 · Benchmarking：TTFT、TPOT、goodput 与公平比较
+#
+# **教学目标**
+#
+# 1. 设计一个可重复的 workload：prompt / 输出长度的分布、请求到达过程（Poisson），全部由种子决定。
+# 2. 测出延迟的 **分布**（P50、P99），而不只是平均值；知道 TTFT 应该从哪一刻开始计时。
+# 3. 区分 throughput 和 **goodput**（满足 SLO 的请求的吞吐），画出 "负载 → 延迟" 曲线，找到系统的拐点。
+# 4. 列出一个公平比较需要的条件，并用交替重复运行、比值的中位数来比较两个配置。
+
+# %%
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from inferlab.tiny_model import ensure_tiny_model
+from reference import LLM, SamplingParams
+from reference.metrics import distribution, request_metrics, summarize
+
+MODEL = os.environ.get("INFERLAB_MODEL") or str(ensure_tiny_model())
+if not torch.cuda.is_available():
+    torch.set_num_threads(1)  # tiny model：单线程更快
+
+# %% [markdown]
+# ## 1. Workload：由种子决定的一切
+#
+# - prompt 长度 ~ Uniform[16, 128]，输出长度 ~ Uniform[8, 64]，`ignore_eos=True` 让输出长度真的等于抽到的值；
+# - token id 随机（tiny model 的内容无所谓；测真实模型时应该用真实的对话数据，因为 EOS 出现的时机会改变输出长度）；
+# - 到达过程：Poisson，速率 `rate` 个请求/秒，即间隔服从指数分布。
+#
+# 同一个种子 ⇒ 同样的请求、同样的到达时刻：不同配置、不同机器上跑的是 **同一份** workload。
+
+# %%
+N = 32
+
+
+def make_workload(n=N, seed=0, vocab=1024):
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(0, vocab - 3, size=int(rng.integers(16, 129))).tolist() for _ in range(n)]
+    max_tokens = rng.integers(8, 65, size=n).tolist()
+    return prompts, [SamplingParams(temperature=0.0, max_tokens=int(m), ignore_eos=True) for m in max_tokens]
+
+
+def arrival_times(n, rate, seed=0):
+    gaps = np.random.default_rng(seed + 1).exponential(1.0 / rate, size=n)
+    return np.cumsum(gaps) - gaps[0]          # the first request at t = 0
+
+
+def new_engine(max_num_seqs=16):
+    return LLM(MODEL, device="auto", max_num_seqs=max_num_seqs, enable_prefix_caching=False)
+
+
+prompts, params = make_workload()
+print("prompt lengths:", distribution(len(p) for p in prompts))
+print("output lengths:", distribution(p.max_tokens for p in params))
+
+# %% [markdown]
+# ## 2. 系统的容量（offline throughput）
+#
+# 先把所有请求一次性交给引擎（相当于到达速率无穷大），量出最大吞吐。之后的在线测试按这个容量的比例设定到达速率，
+# 这样同一个 notebook 在笔记本 CPU 和 GPU 上都能落在有意义的区间里。先 warm-up：第一次运行包含各种一次性初始化。
+
+# %%
+def offline(llm, prompts, params):
+    t0 = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    wall = time.perf_counter() - t0
+    return {"wall_s": wall, "req_per_s": len(prompts) / wall, "tok_per_s": sum(len(o["token_ids"]) for o in outs) / wall}
+
+
+engine = new_engine()
+first = offline(engine, prompts, params)
+second = offline(engine, prompts, params)
+print(f"first run (cold): {first['tok_per_s']:8.0f} output tok/s")
+print(f"second run      : {second['tok_per_s']:8.0f} output tok/s, {second['req_per_s']:.1f} requests/s")
+CAPACITY = second["req_per_s"]
+
+# %% [markdown]
+# ## 3. 在线测试：Poisson 到达
+#
+# 一个真实时间的驱动循环：到了某个请求的发送时刻就 `add_request`，然后 `step()`；没事可做时 sleep 到下一个请求到达。
+#
+# **从哪一刻开始计时？** 引擎只在两步之间才接收新请求，所以 `ARRIVED` 事件（引擎看到请求的时刻）可能比客户端发出请求晚一点。
+# 用户感受到的 TTFT 从 **客户端发送** 开始算。下面两个都记：`ttft_client` ≥ `ttft_engine` 永远成立。
+
+# %%
+def online(prompts, params, rate, seed=0, max_num_seqs=16):
+    llm = new_engine(max_num_seqs)
+    send = arrival_times(len(prompts), rate, seed)
+    t0 = time.perf_counter()
+    seq_of, i = {}, 0
+    while i < len(prompts) or not llm.is_finished():
+        now = time.perf_counter() - t0
+        while i < len(prompts) and send[i] <= now:
+            seq_of[i] = llm.add_request(prompts[i], params[i])
+            i += 1
+        if llm.is_finished():
+            time.sleep(max(0.0, send[i] - (time.perf_counter() - t0)))
+            continue
+        llm.step()
+    wall = time.perf_counter() - t0
+    seqs = [llm.finished.pop(seq_of[k]) for k in range(len(prompts))]
+    engine_metrics = request_metrics(llm.log.events)
+    return {
+        "rate": rate, "wall_s": wall,
+        "ttft_client": [s.first_token_time - (t0 + send[k]) for k, s in enumerate(seqs)],
+        "ttft_engine": [engine_metrics[s.seq_id].ttft for s in seqs],
+        "tpot": [engine_metrics[s.seq_id].tpot for s in seqs],
+        "e2e_client": [s.finished_time - (t0 + send[k]) for k, s in enumerate(seqs)],
+        "output_tokens": sum(s.num_output_tokens for s in seqs),
+        "summary": summarize(engine_metrics.values()),
+    }
+
+
+loads = [0.25, 0.5, 0.75, 1.0, 1.5]
+runs = [online(prompts, params, rate=f * CAPACITY) for f in loads]
+for f, r in zip(loads, runs):
+    tc, tp = distribution(r["ttft_client"]), distribution(r["tpot"])
+    print(f"load {f:4.2f}x ({r['rate']:6.1f} req/s): TTFT p50 {tc['p50'] * 1e3:7.2f} ms  p99 {tc['p99'] * 1e3:7.2f} ms | "
+          f"TPOT p50 {tp['p50'] * 1e3:6.2f} ms  p99 {tp['p99'] * 1e3:6.2f} ms")
+    assert all(c >= e for c, e in zip(r["ttft_client"], r["ttft_engine"]))
+    assert r["summary"]["totals"]["finished"] == N
+
+# %% [markdown]
+# ## 4. Goodput：满足 SLO 的吞吐
+#
+# 吞吐（throughput）只数产出了多少 token；但一个 TTFT 10 秒的回答对用户来说等于没有。
+# **Goodput** 只数满足 SLO 的请求。SLO 按 "空载" 时的延迟定：一个请求单独跑时 TTFT、TPOT 的若干倍
+# （真实服务里 SLO 来自产品需求，比如 TTFT ≤ 1 s、TPOT ≤ 50 ms）。
+
+# %%
+alone = new_engine()
+alone.generate(prompts[:1], params[:1], use_tqdm=False)  # warm-up
+base = []
+for p, sp in zip(prompts[:8], params[:8]):
+    n = len(alone.log.events)
+    alone.generate([p], sp, use_tqdm=False)
+    base.append(next(iter(request_metrics(alone.log.events[n:]).values())))
+SLO_TTFT = 5 * float(np.median([m.ttft for m in base]))
+SLO_TPOT = 3 * float(np.median([m.tpot for m in base]))
+print(f"SLO: TTFT <= {SLO_TTFT * 1e3:.2f} ms, TPOT <= {SLO_TPOT * 1e3:.2f} ms")
+
+
+def goodput(run, slo_ttft=SLO_TTFT, slo_tpot=SLO_TPOT):
+    ok = [t <= slo_ttft and (p is None or p <= slo_tpot) for t, p in zip(run["ttft_client"], run["tpot"])]
+    return sum(ok) / run["wall_s"], sum(ok) / len(ok)
+
+
+for f, r in zip(loads, runs):
+    g, frac = goodput(r)
+    print(f"load {f:4.2f}x: throughput {len(r['tpot']) / r['wall_s']:6.1f} req/s, goodput {g:6.1f} req/s "
+          f"({frac:.0%} of requests meet the SLO)")
+    assert g <= len(r["tpot"]) / r["wall_s"]
+
+# %%
+fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(14, 3.6))
+rates = [r["rate"] for r in runs]
+for q, style in ((50, "o-"), (99, "s--")):
+    ax1.plot(rates, [np.percentile(r["ttft_client"], q) * 1e3 for r in runs], style, label=f"TTFT p{q}")
+ax1.axhline(SLO_TTFT * 1e3, color="gray", linestyle=":", label="SLO")
+ax1.set(xlabel="offered load (requests/s)", ylabel="ms (log scale)", yscale="log", title="TTFT vs load")
+ax1.legend()
+ax2.plot(rates, [len(r["tpot"]) / r["wall_s"] for r in runs], "o-", label="throughput")
+ax2.plot(rates, [goodput(r)[0] for r in runs], "s-", label="goodput")
+ax2.plot(rates, rates, color="gray", linestyle=":", label="offered")
+ax2.set(xlabel="offered load (requests/s)", ylabel="requests/s", title="throughput vs goodput")
+ax2.legend()
+for f, r in zip(loads, runs):
+    ax3.plot(np.sort(r["ttft_client"]) * 1e3, np.arange(1, N + 1) / N, label=f"{f}x")
+ax3.set(xscale="log", xlabel="TTFT (ms, log scale)", ylabel="fraction of requests", title="TTFT CDF")
+ax3.legend(title="load")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# 读图：
+#
+# - 负载低时，TTFT 接近单个请求的 prefill 时间；接近容量时，请求开始排队，**P99 先涨**，P50 随后；超过容量后，队列越排越长，TTFT 一路上升。
+# - throughput 跟着 offered load 涨，到容量附近饱和；goodput 在那之前就开始掉 —— 系统 "能干完" 不等于 "干得够快"。
+# - 测到的 throughput 低于虚线（offered）：只有 32 个请求，wall time 里还包括最后几个请求的处理时间（"尾巴"）。
+#   请求越多、跑得越久，这个偏差越小 —— 这也是正式 benchmark 要跑足够久的原因之一。
+# - 只有 32 个请求时，P99 基本就是最大值，而且受运气影响很大。正式的 benchmark 要用更多请求、跑更久，并报告样本数。
+
+# %% [markdown]
+# ## 5. 公平比较
+#
+# 比较两个系统（或同一系统的两个配置）时，需要：
+#
+# 1. **同一份 workload**：同样的请求、同样的到达时刻（固定种子），同样的输出长度（`ignore_eos` 或同样的停止条件）。
+# 2. **同样的硬件和环境**，同一次运行里 **交替** 跑（A B A B ...），而不是先跑完所有 A 再跑 B：机器的状态（温度、频率、其他进程）会漂移。
+# 3. **warm-up**，并把冷启动单独报告。
+# 4. **重复多次**，报告中位数和离散程度；两个配置的比较用每一对 A/B 的比值的中位数。
+# 5. 同样的 **计时起点**（客户端发送）和同样的指标定义（本课程用 `reference.metrics` 的定义）。
+# 6. 报告全部配置（`max_num_seqs`、block size、dtype、prefix caching 是否打开……），以及测的是 offline 还是 online。
+#
+# 下面按这个方法比较 `max_num_seqs=4` 和 `max_num_seqs=16` 的 offline 吞吐。
+
+# %%
+engines = {4: new_engine(4), 16: new_engine(16)}
+for e in engines.values():
+    offline(e, prompts[:4], params[:4])            # warm-up
+samples = {4: [], 16: []}
+for _ in range(3):
+    for k in (4, 16):                              # alternate A, B, A, B, ...
+        samples[k].append(offline(engines[k], prompts, params)["tok_per_s"])
+ratios = [b / a for a, b in zip(samples[4], samples[16])]
+for k, v in samples.items():
+    print(f"max_num_seqs={k:2d}: {', '.join(f'{x:7.0f}' for x in v)} tok/s  (median {np.median(v):7.0f})")
+print(f"ratio 16/4 per pair: {', '.join(f'{r:.2f}' for r in ratios)} -> median {np.median(ratios):.2f}x")
+
+# %% [markdown]
+# ## 课堂练习
+#
+# **练习 1.** 不用 `distribution`，自己用排序后的数组和线性插值算出负载最高那次的 TTFT P99，和 `np.percentile` 对比。
+# 32 个样本时，P99 落在哪两个样本之间？
+#
+# **练习 2.** SLO 改成 TTFT ≤ 2 倍空载、TPOT ≤ 2 倍空载，每个负载下的 goodput 是多少？拐点往哪边移？
+
+# %%
+# 在这里写你的答案
+
+
+# %% [markdown]
+# ### 参考答案
+
+# %% [answer]
+# 练习 1：位置 (n - 1) * p / 100 = 31 * 0.99 = 30.69，落在第 30 和第 31 个（从 0 数）样本之间
+values = np.sort(runs[-1]["ttft_client"])
+pos = (len(values) - 1) * 99 / 100
+lo, hi = int(np.floor(pos)), int(np.ceil(pos))
+p99 = values[lo] + (values[hi] - values[lo]) * (pos - lo)
+print(f"position {pos:.2f} -> between samples {lo} and {hi}; p99 = {p99 * 1e3:.3f} ms, "
+      f"numpy {np.percentile(values, 99) * 1e3:.3f} ms, max {values[-1] * 1e3:.3f} ms")
+assert abs(p99 - np.percentile(values, 99)) < 1e-12
+
+# 练习 2：SLO 更严，满足的请求更少，goodput 更早开始下降（拐点左移）
+strict_ttft, strict_tpot = SLO_TTFT / 5 * 2, SLO_TPOT / 3 * 2
+for f, r in zip(loads, runs):
+    loose, strict = goodput(r)[0], goodput(r, strict_ttft, strict_tpot)[0]
+    print(f"load {f:4.2f}x: goodput {loose:6.1f} req/s (SLO 5x/3x) -> {strict:6.1f} req/s (SLO 2x/2x)")
+    assert strict <= loose
