@@ -1,0 +1,58 @@
+"""Slide "调用链": LLM.generate -> LLMEngine.step -> Scheduler.schedule -> ModelRunner.run, traced from a real run.
+
+    python -m slides_code.call_chain
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from slides_code._common import model_dir, parse_args, setup_torch
+
+
+# --- slide: 用 sys.setprofile 追踪调用链 ---
+def trace_calls(fn, package_dir):
+    """Run fn(); return [(depth, qualified name)] for each call into package_dir."""
+    calls, stack = [], []
+
+    def profiler(frame, event, arg):
+        code = frame.f_code
+        if event == "call" and code.co_filename.startswith(package_dir):
+            name = getattr(code, "co_qualname", code.co_name)   # co_qualname: Python 3.11+
+            if not name.split(".")[-1].startswith("<"):          # skip comprehensions
+                calls.append((len(stack), name))
+                stack.append(frame)
+        elif event == "return" and stack and stack[-1] is frame:
+            stack.pop()
+
+    sys.setprofile(profiler)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+# --- end slide ---
+
+
+def main(argv: list[str] | None = None) -> list[tuple[int, str]]:
+    parse_args(argv, __doc__.splitlines()[0])
+    setup_torch()
+    import reference
+    from reference import LLM, SamplingParams
+    llm = LLM(model_dir(), device="auto")
+    params = SamplingParams(temperature=0.0, max_tokens=2)
+
+    # --- slide: 一次 generate 的调用树（前三层） ---
+    calls = trace_calls(lambda: llm.generate(["hello"], params, use_tqdm=False),
+                        os.path.dirname(reference.__file__))
+    shown = None
+    for depth, name in calls:
+        if depth <= 2 and (depth, name) != shown:   # fold repeated siblings
+            print("    " * depth + name)
+            shown = (depth, name)
+    # --- end slide ---
+    return calls
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Slide "最小日志": one line per request and stage, read from the engine's lifecycle log.
+
+    python -m slides_code.minimal_log
+"""
+from __future__ import annotations
+
+from slides_code._common import model_dir, parse_args, setup_torch
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    parse_args(argv, __doc__.splitlines()[0])
+    setup_torch()
+    from reference import LLM, SamplingParams
+    model = model_dir()
+    prompts = ["你好！", "What is the KV cache?", "请解释 prefill 和 decode。"]
+
+    # --- slide: 最小日志：request id、prompt 长度、stage ---
+    llm = LLM(model, device="auto", max_num_seqs=2)
+    llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=3), use_tqdm=False)
+
+    prompt_len, lines = {}, []
+    for e in llm.log.events:
+        if e["event"] == "ARRIVED":
+            prompt_len[e["seq_id"]] = e["prompt_len"]
+        elif e["event"] in ("SCHEDULED", "FINISHED"):
+            stage = ("prefill" if e["is_prefill"] else "decode") if e["event"] == "SCHEDULED" else "finished"
+            lines.append(f"step={e['step']} request_id={e['seq_id']} "
+                         f"prompt_len={prompt_len[e['seq_id']]} stage={stage}")
+    print("\n".join(lines))
+    # --- end slide ---
+    return lines
+
+
+if __name__ == "__main__":
+    main()

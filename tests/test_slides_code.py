@@ -1,0 +1,140 @@
+"""Every slide listing runs against the engine and prints (or draws) what the slide claims.
+
+The scripts run in-process (one torch import for all of them) with the session's
+tiny model; one of them also runs as `python -m slides_code.<name>` to check the
+command line the README gives. Figures go to a temporary folder, never the repo.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slides_code import (batching, call_chain, chat_template, chunked_prefill, minimal_log, observability_demo,
+                         pd_disaggregation, sequence_fields)
+from slides_code._common import listings
+
+ROOT = Path(__file__).resolve().parents[1]
+SLIDES = ROOT / "slides_code"
+LIBRARY_MODULES = {"__init__", "_common", "observability"}   # imported by the scripts, not scripts themselves
+
+
+@pytest.fixture(autouse=True)
+def slides_env(monkeypatch, tiny_model_dir, tmp_path):
+    monkeypatch.setenv("INFERLAB_MODEL", tiny_model_dir)
+    monkeypatch.setenv("INFERLAB_SLIDES_OUT", str(tmp_path / "out"))
+
+
+def scripts() -> list[str]:
+    return sorted(p.stem for p in SLIDES.glob("*.py") if p.stem not in LIBRARY_MODULES)
+
+
+def test_every_script_is_tested_here_and_has_a_short_listing():
+    tested = {m.__name__.split(".")[-1] for m in (batching, call_chain, chat_template, chunked_prefill, minimal_log,
+                                                  observability_demo, pd_disaggregation, sequence_fields)}
+    assert set(scripts()) == tested, "a new slide script needs a test in this file"
+    for name in scripts():
+        regions = listings(SLIDES / f"{name}.py")
+        assert regions, f"{name}.py has no '# --- slide: ... ---' region"
+        for title, code in regions.items():
+            assert len(code.splitlines()) <= 40, f"{name}.py: listing {title!r} is too long for a slide"
+    assert "logger.info(stage" in (SLIDES / "observability.py").read_text()
+
+
+def test_minimal_log(capsys):
+    lines = minimal_log.main([])
+    out = capsys.readouterr().out
+    assert lines and out.strip().splitlines() == lines
+    assert lines[0] == "step=0 request_id=0 prompt_len=6 stage=prefill"
+    # max_num_seqs=2: the third request waits until the first two finish
+    assert "step=2 request_id=0 prompt_len=6 stage=finished" in lines
+    assert "step=3 request_id=2 prompt_len=10 stage=prefill" in lines
+
+
+def test_chat_template(capsys):
+    result = chat_template.main([])
+    out = capsys.readouterr().out
+    assert "<|im_start|>system" in out and "<|im_start|>assistant" in out
+    assert result["prompt"].endswith("<|im_start|>assistant\n")
+    assert result["prompt_tokens"] > 3 * result["user_tokens"]
+    assert len(result["output"]["token_ids"]) == 16 or result["output"]["finish_reason"] == "stop"
+
+
+def test_sequence_fields(capsys):
+    rows = sequence_fields.main([])
+    assert [r["status"] for r in rows] == ["WAITING", "RUNNING", "RUNNING", "FINISHED"]
+    queued, prefill, decode, finished = rows
+    assert queued["block_table"] == [] and queued["num_cached_tokens"] == 0
+    assert prefill["num_cached_tokens"] == 15 and prefill["len"] == 16 and len(prefill["block_table"]) == 2
+    assert decode["num_cached_tokens"] == 16 and decode["num_scheduled_tokens"] == 1
+    assert finished["block_table"] == [] and finished["finish_reason"] == "length"
+    assert len(finished["output_token_ids"]) == 3
+    assert "stage=prefill status=RUNNING" in capsys.readouterr().out
+
+
+def test_batching(tmp_path):
+    result = batching.main(["--out", str(tmp_path)])
+    # static: every group waits for its longest request (1 prefill + max-1 decode steps per group)
+    expected_static = sum(max(batching.OUTPUT_LENGTHS[g:g + batching.BATCH])
+                          for g in range(0, len(batching.OUTPUT_LENGTHS), batching.BATCH))
+    assert result["static"]["steps"] == expected_static
+    assert result["continuous"]["steps"] < result["static"]["steps"]
+    assert max(result["static"]["batch_sizes"]) == max(result["continuous"]["batch_sizes"]) == batching.BATCH
+    figure = Path(result["figure"])
+    assert figure.parent == tmp_path and figure.stat().st_size > 10_000
+
+
+def test_chunked_prefill(capsys):
+    result = chunked_prefill.main([])
+    out = capsys.readouterr().out
+    for chunk in ("[0, 32)", "[32, 64)", "[64, 96)", "[96, 100)"):
+        assert f"request_id=0 prefill chunk {chunk}" in out
+    assert result["max_step_tokens"] <= 32 < result["unchunked_max_step_tokens"]
+    # the short prompts join the step that finishes the long one, within the budget
+    assert [(s, q) for s, q, _, _ in result["chunks"]][-2:] == [(3, 1), (3, 2)]
+
+
+def test_observability(capsys, tmp_path):
+    result = observability_demo.main(["--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "stage=prefill batch_size=4" in out and "stage=finished request_id=5" in out
+    assert result["metrics"]["ttft_ms"]["count"] == 6 and result["metrics"]["tpot_ms"]["count"] == 6
+    trace = json.loads(Path(result["trace"]).read_text())
+    names = {e["name"] for e in trace["traceEvents"]}
+    assert {"generate", "LLMEngine.step", "Scheduler.schedule", "ModelRunner.run"} <= names
+    assert all(e["ph"] == "X" and e["dur"] >= 0 for e in trace["traceEvents"])
+    assert "online metrics == reference.metrics computed from the log: True" in out
+
+
+def test_pd_disaggregation(capsys):
+    result = pd_disaggregation.main([])
+    out = capsys.readouterr().out
+    assert result["tokens_equal"], "decode on B after the KV handoff must match a single engine"
+    assert result["control_differs"], "without the copied KV the tokens must change"
+    assert result["lifecycle_problems"] == []
+    assert not result["b_ran_prefill"] and result["a_blocks_in_use"] == 0
+    # request 1 shares two full blocks of system prompt with request 0: B has them already
+    assert result["transfers"] == [(0, 3), (2, 1), (0, 2)]
+    assert "tokens equal to a single-engine run: True" in out
+
+
+def test_call_chain(capsys):
+    calls = call_chain.main([])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "LLM.generate"
+    assert "    LLMEngine.step" in out and "        Scheduler.schedule" in out and "        ModelRunner.run" in out
+    names = [n for _, n in calls]
+    assert names.index("Scheduler.schedule") < names.index("ModelRunner.run") < names.index("LLMEngine.postprocess")
+    assert (3, "ModelRunner.prepare_prefill") in calls and (3, "ModelRunner.prepare_decode") in calls
+
+
+def test_scripts_run_from_the_command_line(tmp_path):
+    env = dict(os.environ, INFERLAB_SLIDES_OUT=str(tmp_path))
+    result = subprocess.run([sys.executable, "-m", "slides_code.batching"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "continuous:" in result.stdout and (tmp_path / "batching.png").is_file()
