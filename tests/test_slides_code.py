@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from slides_code import (batching, call_chain, chat_template, chunked_prefill, minimal_log, observability_demo,
-                         pd_disaggregation, sequence_fields)
+                         paged_vs_contiguous, pd_disaggregation, prefix_caching, request_timeline, sequence_fields)
 from slides_code._common import listings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +35,8 @@ def scripts() -> list[str]:
 
 def test_every_script_is_tested_here_and_has_a_short_listing():
     tested = {m.__name__.split(".")[-1] for m in (batching, call_chain, chat_template, chunked_prefill, minimal_log,
-                                                  observability_demo, pd_disaggregation, sequence_fields)}
+                                                  observability_demo, paged_vs_contiguous, pd_disaggregation,
+                                                  prefix_caching, request_timeline, sequence_fields)}
     assert set(scripts()) == tested, "a new slide script needs a test in this file"
     for name in scripts():
         regions = listings(SLIDES / f"{name}.py")
@@ -130,6 +131,35 @@ def test_call_chain(capsys):
     names = [n for _, n in calls]
     assert names.index("Scheduler.schedule") < names.index("ModelRunner.run") < names.index("LLMEngine.postprocess")
     assert (3, "ModelRunner.prepare_prefill") in calls and (3, "ModelRunner.prepare_decode") in calls
+
+
+def test_request_timeline(tmp_path):
+    result = request_timeline.main(["--out", str(tmp_path)])
+    counts = result["counts"]
+    assert all(counts[s] > 0 for s in ("queued", "prefill", "decode", "stalled", "preempted")), counts
+    for row in result["states"].values():
+        first = next(s for s in row if s is not None)
+        assert first in ("queued", "prefill")            # nothing decodes before its prefill
+    assert Path(result["figure"]).stat().st_size > 10_000
+
+
+def test_paged_vs_contiguous(tmp_path):
+    result = paged_vs_contiguous.main(["--out", str(tmp_path)])
+    contiguous, paged = result["contiguous"], result["paged"]
+    assert contiguous["peak_running"] == paged_vs_contiguous.CAPACITY // paged_vs_contiguous.MAX_LEN
+    assert paged["peak_running"] > 2 * contiguous["peak_running"]
+    assert paged["utilization"] > 0.8 > 0.5 > contiguous["utilization"]
+    assert paged["steps"] < contiguous["steps"]
+    assert Path(result["figure"]).is_file()
+
+
+def test_prefix_caching(capsys):
+    result = prefix_caching.main([])
+    assert result["equal_hashes"] == [True, False, False]   # the chain carries a change to every later block
+    first, *later = result["turns"]
+    assert first[1] == 0 and all(cached > 0 for _, cached in later)
+    assert all(cached % 16 == 0 and cached < n for n, cached in result["turns"])
+    assert "turn 3:" in capsys.readouterr().out
 
 
 def test_scripts_run_from_the_command_line(tmp_path):
