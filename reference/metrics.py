@@ -117,6 +117,11 @@ def _elapsed(start: Event | None, end: Event | None) -> float | None:
 
 def _request_metrics(seq_id: int, events: list[Event]) -> RequestMetrics:
     """Compute the metrics of one request from its own events."""
+    # >>> EXERCISE lab1.request_metrics: Compute one request's queue time, TTFT, TPOT, ITLs and end-to-end latency.
+    # HINT: each metric starts and ends at the *first* event of its kind (_first); if one is missing, it is None.
+    # HINT: queue time ends at SCHEDULED, TTFT at FIRST_TOKEN, end-to-end at FINISHED; all start at ARRIVED.
+    # HINT: TPOT = (FINISHED - FIRST_TOKEN) / (output tokens - 1), and None with fewer than two tokens.
+    # HINT: the ITLs are the gaps between consecutive token events (FIRST_TOKEN, then each TOKEN).
     arrived = _first(events, "ARRIVED")
     first_token = _first(events, "FIRST_TOKEN")
     finished = _first(events, "FINISHED")
@@ -142,6 +147,7 @@ def _request_metrics(seq_id: int, events: list[Event]) -> RequestMetrics:
         num_preemptions=sum(1 for e in events if e["event"] == "PREEMPTED"),
         finish_reason=finished.get("reason") if finished else None,
     )
+    # <<< EXERCISE lab1.request_metrics
 
 
 def request_metrics(events: Iterable[Event]) -> dict[int, RequestMetrics]:

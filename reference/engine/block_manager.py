@@ -72,6 +72,10 @@ class BlockManager:
         Only blocks wholly inside the first len-1 tokens count: the last token
         must always be computed, or the step would have no query to sample from.
         """
+        # >>> EXERCISE lab2.prefix_hits: Find the leading full blocks of seq whose K/V are already cached.
+        # HINT: walk the blocks in order, hashing each with chain_hash(tokens, hash of the block before).
+        # HINT: stop at the first block whose hash is unknown, or whose cached token_ids differ (a collision).
+        # HINT: only blocks wholly inside the first len(seq) - 1 tokens may hit; none with prefix caching off.
         if not self.enable_prefix_caching:
             return []
         hits: list[int] = []
@@ -85,6 +89,7 @@ class BlockManager:
             hits.append(block_id)
             prev_hash = h
         return hits
+        # <<< EXERCISE lab2.prefix_hits
 
     def num_cached_tokens(self, seq: Sequence) -> int:
         """How many leading tokens of `seq` a prefix-cache hit would cover now."""
@@ -92,13 +97,20 @@ class BlockManager:
 
     # -- prefill -----------------------------------------------------------
     def can_allocate(self, seq: Sequence) -> bool:
+        # >>> EXERCISE lab2.can_allocate: Say whether the free list can cover every block seq needs now.
+        # HINT: blocks that hit the cache need no new block, unless the hit sits in the free list (ref_count 0):
+        # HINT: reviving it takes it out of the free list too.
         hits = self._prefix_hits(seq)
         revived = sum(1 for b in hits if self.blocks[b].ref_count == 0)
         return (seq.num_blocks - len(hits)) + revived <= self.num_free_blocks
+        # <<< EXERCISE lab2.can_allocate
 
     def allocate(self, seq: Sequence) -> None:
         """Give `seq` blocks for all its tokens, sharing cached prefix blocks."""
         assert not seq.block_table, f"seq {seq.seq_id} already has blocks"
+        # >>> EXERCISE lab2.allocate: Build seq's block table: shared cache hits first, then fresh blocks.
+        # HINT: a hit gains one more holder (ref_count); a hit with no holder left must leave the free list.
+        # HINT: fresh blocks come from self._take_free_block(); num_cached_tokens counts the tokens the hits cover.
         hits = self._prefix_hits(seq)
         for block_id in hits:
             block = self.blocks[block_id]
@@ -107,17 +119,27 @@ class BlockManager:
             block.ref_count += 1
         seq.block_table = hits + [self._take_free_block() for _ in range(seq.num_blocks - len(hits))]
         seq.num_cached_tokens = len(hits) * self.block_size
+        # <<< EXERCISE lab2.allocate
 
     def _take_free_block(self) -> int:
+        # >>> EXERCISE lab2.take_free_block: Take the least recently freed block and make it fresh for a new holder.
+        # HINT: free_block_ids is ordered oldest-freed first; a block leaves it when handed out.
+        # HINT: if hash_to_block still points at this block, drop that entry: its K/V are about to be overwritten.
+        # HINT: Block.reset() clears the hash and sets ref_count to 1.
         block_id, _ = self.free_block_ids.popitem(last=False)
         block = self.blocks[block_id]
         if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
             del self.hash_to_block[block.hash]   # reused: the old content is gone
         block.reset()
         return block_id
+        # <<< EXERCISE lab2.take_free_block
 
     def deallocate(self, seq: Sequence) -> int:
         """Drop `seq`'s hold on its blocks (last block first); return how many became free."""
+        # >>> EXERCISE lab2.deallocate: Release seq's hold on each of its blocks, last block first.
+        # HINT: a block returns to the free list only when its last holder lets go (ref_count reaches 0).
+        # HINT: freeing the tail first makes the prefix blocks the last to be reused, so they stay hittable longest.
+        # HINT: afterwards seq holds no blocks and has no computed tokens.
         freed = 0
         for block_id in reversed(seq.block_table):
             block = self.blocks[block_id]
@@ -128,16 +150,22 @@ class BlockManager:
         seq.block_table = []
         seq.num_cached_tokens = 0
         return freed
+        # <<< EXERCISE lab2.deallocate
 
     # -- decode ------------------------------------------------------------
     def can_append(self, seq: Sequence) -> bool:
         """Is there room for the K/V of the token this decode step computes?"""
+        # >>> EXERCISE lab2.can_append: Say whether the newest token of seq has a slot, or a free block to start one.
+        # HINT: seq.num_blocks counts the blocks its tokens (the newest included) need.
         return len(seq.block_table) >= seq.num_blocks or self.num_free_blocks >= 1
+        # <<< EXERCISE lab2.can_append
 
     def may_append(self, seq: Sequence) -> None:
         """Add a block when the newest token starts a new one."""
+        # >>> EXERCISE lab2.may_append: Give seq one more block exactly when its newest token starts a new block.
         if len(seq.block_table) < seq.num_blocks:
             seq.block_table.append(self._take_free_block())
+        # <<< EXERCISE lab2.may_append
 
     # -- after the forward pass ---------------------------------------------
     def mark_computed(self, seq: Sequence, num_new_tokens: int) -> None:
@@ -146,6 +174,9 @@ class BlockManager:
         Blocks that this fills become hashable: only now may other sequences
         reuse them, because only now do they hold real K/V.
         """
+        # >>> EXERCISE lab2.mark_computed: Count the newly computed tokens and publish the blocks they filled.
+        # HINT: only blocks that became full in this call get a hash; a block shared from the cache has one.
+        # HINT: chain each hash to the hash of the block before it; remember the tokens and map hash -> block.
         first_new_full = seq.num_cached_tokens // self.block_size
         seq.num_cached_tokens += num_new_tokens
         if not self.enable_prefix_caching:
@@ -158,3 +189,4 @@ class BlockManager:
             block.token_ids = seq.block(i)
             block.hash = chain_hash(block.token_ids, prev_hash)
             self.hash_to_block[block.hash] = block.block_id
+        # <<< EXERCISE lab2.mark_computed

@@ -101,9 +101,13 @@ class LLMEngine:
                 seed = int(torch.randint(0, 2**62, (1,), generator=self._rng))
             seq.generator = torch.Generator().manual_seed(seed)
         self.sequences[seq.seq_id] = seq
+        # >>> EXERCISE lab1.emit_arrival: Log ARRIVED, then queue the request with the scheduler (which logs QUEUED).
+        # HINT: ARRIVED carries prompt_len and uses `now`, the arrival time the Sequence recorded.
+        # HINT: the scheduler stamps its events with scheduler.step: set it to this engine step first.
         self.log.emit("ARRIVED", seq.seq_id, self.step_index, now, prompt_len=len(token_ids))
         self.scheduler.step = self.step_index
         self.scheduler.add(seq)
+        # <<< EXERCISE lab1.emit_arrival
         return seq.seq_id
 
     def abort_request(self, seq_id: int) -> None:
@@ -124,11 +128,15 @@ class LLMEngine:
         if not seqs:
             raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting and "
                                f"{len(self.scheduler.running)} running: a request cannot fit")
+        # >>> EXERCISE lab1.emit_step: Log one STEP event (seq_id None) describing the batch just scheduled.
+        # HINT: fields: is_prefill, batch_size, num_tokens (K/V computed this step), num_running, num_waiting,
+        # HINT: kv_blocks_used and kv_blocks_total, all read after scheduling and before the forward pass.
         self.log.emit("STEP", None, self.step_index, is_prefill=is_prefill, batch_size=len(seqs),
                       num_tokens=sum(s.num_scheduled_tokens for s in seqs),
                       num_running=len(self.scheduler.running), num_waiting=len(self.scheduler.waiting),
                       kv_blocks_used=self.block_manager.num_used_blocks,
                       kv_blocks_total=len(self.block_manager.blocks))
+        # <<< EXERCISE lab1.emit_step
         token_ids = self.model_runner.run(seqs, is_prefill)
         outputs = self.postprocess(seqs, token_ids)
         self.step_index += 1
@@ -148,12 +156,16 @@ class LLMEngine:
                 continue  # an unfinished prefill chunk: nothing sampled yet
             seq.append_token(token)
             out.new_token_ids.append(token)
+            # >>> EXERCISE lab1.emit_token: Log the new token: FIRST_TOKEN for the first output token, TOKEN after it.
+            # HINT: `index` counts output tokens from 0 (the token is already appended); both events carry token_id.
+            # HINT: the first token also sets seq.first_token_time, the engine's own record of TTFT.
             index = seq.num_output_tokens - 1
             if index == 0:
                 seq.first_token_time = now
                 self.log.emit("FIRST_TOKEN", seq.seq_id, self.step_index, now, index=0, token_id=token)
             else:
                 self.log.emit("TOKEN", seq.seq_id, self.step_index, now, index=index, token_id=token)
+            # <<< EXERCISE lab1.emit_token
             reason = self._stop_reason(seq, token)
             if reason is not None:
                 self._finish(seq, reason, now)
@@ -173,9 +185,12 @@ class LLMEngine:
     def _finish(self, seq: Sequence, reason: str, now: float) -> None:
         seq.finish_reason = reason
         seq.finished_time = now
+        # >>> EXERCISE lab1.emit_finish: Log that the request finished, then that its blocks went back to the pool.
+        # HINT: FINISHED carries reason and num_output_tokens; FREED carries blocks_freed; both at time `now`.
         blocks_freed = self.scheduler.finish(seq)
         del self.sequences[seq.seq_id]
         self.log.emit("FINISHED", seq.seq_id, self.step_index, now, reason=reason,
+        # <<< EXERCISE lab1.emit_finish
                       num_output_tokens=seq.num_output_tokens)
         self.log.emit("FREED", seq.seq_id, self.step_index, now, blocks_freed=blocks_freed)
         self.finished[seq.seq_id] = seq

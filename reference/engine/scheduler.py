@@ -41,7 +41,10 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
+        # >>> EXERCISE lab1.emit_queued: Log that a new request entered the waiting queue.
+        # HINT: QUEUED's reason tells a new request from a preempted one coming back.
         self.log.emit("QUEUED", seq.seq_id, self.step, reason="new")
+        # <<< EXERCISE lab1.emit_queued
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
@@ -64,13 +67,13 @@ class Scheduler:
     def _schedule_prefill(self) -> list[Sequence]:
         scheduled: list[Sequence] = []
         budget = self.max_num_batched_tokens
-        # Unfinished chunked prefills go first: they already hold their blocks.
-        for seq in self.running:
-            if budget == 0:
-                break
-            if seq.in_prefill:
-                self._schedule(seq, min(seq.num_uncomputed_tokens, budget), True, scheduled)
-                budget -= seq.num_scheduled_tokens
+        if self.chunked_prefill:
+            budget = self._continue_chunked_prefills(scheduled, budget)
+        # >>> EXERCISE lab3.admit: Admit waiting requests in arrival order while seats, token budget and KV blocks last.
+        # HINT: stop at the first request that does not fit (first come, first served): nobody overtakes it.
+        # HINT: a request costs len(seq) minus the tokens a prefix-cache hit would cover (block_manager).
+        # HINT: admitting means allocate, move from waiting to running (status RUNNING), then self._schedule.
+        # HINT: with chunked prefill a prompt larger than the budget is admitted with a budget-sized first chunk.
         while self.waiting and len(self.running) < self.max_num_seqs and budget > 0:
             seq = self.waiting[0]
             num_new = len(seq) - self.block_manager.num_cached_tokens(seq)
@@ -84,9 +87,34 @@ class Scheduler:
             self.running.append(seq)
             self._schedule(seq, min(seq.num_uncomputed_tokens, budget), True, scheduled)
             budget -= seq.num_scheduled_tokens
+        # <<< EXERCISE lab3.admit
         return scheduled
 
+    def _continue_chunked_prefills(self, scheduled: list[Sequence], budget: int) -> int:
+        """Schedule the next chunk of every running prompt still mid-prefill; return the budget left.
+
+        They go before any new admission because they already hold their
+        blocks. Without chunked prefill no running sequence is ever mid-prefill
+        (a prompt is computed in one step), so this runs only with it.
+        """
+        # >>> EXERCISE lab3.chunked_prefill: (stretch) Give each running sequence that is mid-prefill its next chunk.
+        # HINT: seq.in_prefill tells a prompt still being computed; seq.num_uncomputed_tokens is what it still needs.
+        # HINT: a chunk never exceeds the budget left; spend it in running-queue order.
+        for seq in self.running:
+            if budget == 0:
+                break
+            if seq.in_prefill:
+                self._schedule(seq, min(seq.num_uncomputed_tokens, budget), True, scheduled)
+                budget -= seq.num_scheduled_tokens
+        return budget
+        # <<< EXERCISE lab3.chunked_prefill
+
     def _schedule_decode(self) -> list[Sequence]:
+        # >>> EXERCISE lab3.schedule_decode: Batch one decode token per running sequence; preempt when blocks run out.
+        # HINT: at most min(max_num_seqs, max_num_batched_tokens) sequences, taken from the front of `running`.
+        # HINT: before scheduling one, make sure its next token has a slot (can_append), else preempt the newest
+        # HINT: running request; if none is left, the sequence preempts itself and is not scheduled.
+        # HINT: scheduled sequences go back to the front of `running`, in their order.
         scheduled: list[Sequence] = []
         limit = min(self.max_num_seqs, self.max_num_batched_tokens)
         while self.running and len(scheduled) < limit:
@@ -102,25 +130,41 @@ class Scheduler:
                 self._schedule(seq, 1, False, scheduled)
         self.running.extendleft(reversed(scheduled))
         return scheduled
+        # <<< EXERCISE lab3.schedule_decode
 
     def _schedule(self, seq: Sequence, num_tokens: int, is_prefill: bool, scheduled: list[Sequence]) -> None:
         seq.num_scheduled_tokens = num_tokens
         scheduled.append(seq)
+        # >>> EXERCISE lab1.emit_scheduled: Record when seq was first scheduled, and log SCHEDULED for this step.
+        # HINT: SCHEDULED carries is_prefill, num_new_tokens, num_cached_tokens and block_table.
+        # HINT: log a copy of the block table: the sequence's own list keeps changing after this step.
         now = self.log.now()
         if seq.first_scheduled_time is None:
             seq.first_scheduled_time = now
         self.log.emit("SCHEDULED", seq.seq_id, self.step, now, is_prefill=is_prefill,
                       num_new_tokens=num_tokens, num_cached_tokens=seq.num_cached_tokens,
                       block_table=list(seq.block_table))
+        # <<< EXERCISE lab1.emit_scheduled
 
     def preempt(self, seq: Sequence) -> None:
         """Recompute preemption: free every block and requeue at the front."""
+        # >>> EXERCISE lab3.preempt: Preempt seq by recompute: free all its blocks and requeue it at the front.
+        # HINT: the block manager frees the blocks (and forgets the computed tokens); keep the count it returns.
+        # HINT: the sequence is WAITING again, and seq.num_preemptions counts how often this happened.
         blocks_freed = self.block_manager.deallocate(seq)
         seq.status = SequenceStatus.WAITING
         seq.num_preemptions += 1
         self.waiting.appendleft(seq)
+        # <<< EXERCISE lab3.preempt
+        self._log_preemption(seq, blocks_freed)
+
+    def _log_preemption(self, seq: Sequence, blocks_freed: int) -> None:
+        """The two events a recompute preemption leaves in the log."""
+        # >>> EXERCISE lab1.emit_preemption: Log that seq lost its blocks, then that it re-entered the waiting queue.
+        # HINT: PREEMPTED carries blocks_freed; the QUEUED that follows says why it is queued again.
         self.log.emit("PREEMPTED", seq.seq_id, self.step, blocks_freed=blocks_freed)
         self.log.emit("QUEUED", seq.seq_id, self.step, reason="preempted")
+        # <<< EXERCISE lab1.emit_preemption
 
     def finish(self, seq: Sequence) -> int:
         """Take a finished (or aborted) sequence out of its queue; return blocks freed."""
