@@ -26,6 +26,23 @@ def _cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_exercises(args: argparse.Namespace) -> int:
+    from inferlab.exercises import command
+    return command(args.action)
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    from inferlab.release import make_release
+    out = make_release(args.lab, args.out)
+    Console().print(f"{args.lab} student release written to [bold]{out}[/bold] (see its README.md)")
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from inferlab.selfcheck import check
+    return check(args.lab, args.impl)
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     from inferlab.build import build
     console = Console()
@@ -65,6 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="print per-request and per-step metrics of a lifecycle log")
     trace.add_argument("log")
     trace.set_defaults(func=_cmd_trace)
+
+    labs = ["lab1", "lab2", "lab3", "lab4"]
+    exercises = sub.add_parser("exercises", help="build, check or list student_exercises/ (cut from reference/)")
+    exercises.add_argument("action", choices=["build", "check", "list"])
+    exercises.set_defaults(func=_cmd_exercises)
+    release = sub.add_parser("release", help="make the repository a student gets for one lab")
+    release.add_argument("--lab", required=True, choices=labs)
+    release.add_argument("--out", required=True, help="folder to create (absent or empty)")
+    release.set_defaults(func=_cmd_release)
+    check = sub.add_parser("check", help="run a lab's public tests and print the score table")
+    check.add_argument("lab", choices=labs)
+    check.add_argument("--impl", choices=["student", "reference"], default="student",
+                       help="package under test (reference: the solution, to see a full score)")
+    check.set_defaults(func=_cmd_check)
 
     build = sub.add_parser("build", help="execute the tutorials and render them and the lab handouts to HTML")
     build.add_argument("--root", default=".", help="repository root (holds tutorials/ and assignments/)")

@@ -1,0 +1,205 @@
+"""`inferlab release --lab labN --out DIR`: the repository a student gets for one lab (DESIGN.md §3).
+
+It contains `student_exercises/` with the regions of earlier labs filled in
+with their solutions (a student of lab 3 gets a working block manager) and
+lab N's and later labs' regions stubbed; lab N's public tests only; the
+handout and tutorials when they exist; a README; and a small installable
+`inferlab` package with just what the tests and the self-check need (the tiny
+model builder, `inferlab check`). It never contains `reference/`, the bug zoo,
+hidden tests or golden outputs: the earlier labs' solutions are the only
+solutions in it, by design.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import shutil
+from pathlib import Path
+
+from inferlab.exercises import (
+    LABS,
+    PACKAGE,
+    ROOT,
+    TESTS_DIR,
+    ReferenceTree,
+    filled_labs,
+    generate,
+    load_reference,
+    write_package,
+)
+
+# What a release needs from the `inferlab` package: the tests build the tiny model, `inferlab check` scores.
+TOOL_MODULES = ("__init__.py", "tiny_model.py", "selfcheck.py", "score_plugin.py")
+TUTORIAL_SUFFIXES = (".ipynb", ".py", ".md")
+
+
+def earlier_labs(lab: str) -> list[str]:
+    if lab not in LABS:
+        raise ValueError(f"unknown lab {lab!r}; choose one of {', '.join(LABS)}")
+    return list(LABS[:LABS.index(lab)])
+
+
+def lab_test_files(tests_dir: Path, lab: str) -> list[Path]:
+    """The shared test support files and this lab's test modules (never another lab's)."""
+    shared = [tests_dir / "conftest.py", *sorted(tests_dir.glob("lab_*.py"))]
+    own = sorted(tests_dir.glob(f"test_{lab}_*.py"))
+    if not own:
+        raise FileNotFoundError(f"no public tests for {lab} in {tests_dir}")
+    return shared + own
+
+
+def copy_tests(root: Path, lab: str, dest_package: Path) -> list[str]:
+    dest = dest_package / TESTS_DIR
+    dest.mkdir(parents=True, exist_ok=True)
+    names = []
+    for path in lab_test_files(root / PACKAGE / TESTS_DIR, lab):
+        shutil.copy2(path, dest / path.name)
+        names.append(path.name)
+    return names
+
+
+def _dependencies(root: Path) -> list[str]:
+    """The engine's runtime requirements, read from the course's pyproject (or installed metadata)."""
+    try:
+        import tomllib
+        return list(tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"])
+    except (ImportError, OSError, KeyError):
+        requires = importlib.metadata.requires("inferlab") or []
+        return [r for r in requires if "extra ==" not in r]
+
+
+def pyproject(lab: str, dependencies: list[str]) -> str:
+    deps = "".join(f'    "{d}",\n' for d in [*dependencies, "pytest>=8"])
+    return f'''[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "inferlab-{lab}"
+version = "0.1.0"
+description = "InferLab {lab}: student release"
+requires-python = ">=3.10"
+dependencies = [
+{deps}]
+
+[project.scripts]
+inferlab = "inferlab.selfcheck:main"
+
+[tool.setuptools.packages.find]
+include = ["{PACKAGE}*", "inferlab*"]
+
+[tool.pytest.ini_options]
+testpaths = ["{PACKAGE}/{TESTS_DIR}"]
+pythonpath = ["."]
+addopts = "-ra"
+'''
+
+
+def readme(lab: str, tree: ReferenceTree, handout: Path | None, has_tutorials: bool) -> str:
+    earlier = earlier_labs(lab)
+    rows = "".join(f"| `{r.region_id}` | `{r.path.replace('reference/', PACKAGE + '/', 1)}` | {r.task} |\n"
+                   for r in tree.regions if r.lab == lab)
+    filled = (f"The regions of {', '.join(earlier)} are already filled in with working solutions, so the "
+              "engine around your part works.") if earlier else "This is the first lab: nothing is filled in yet."
+    extras = []
+    if handout is not None:
+        extras.append(f"- The handout: `{handout.as_posix()}`.")
+    if has_tutorials:
+        extras.append("- `tutorials/`: the course tutorials. They are written against the course's reference "
+                      "engine (`import reference`), which this release does not contain: read them here, run them "
+                      "in the course repository.")
+    return f"""# InferLab {lab}: student release
+
+You write the bodies of the `{lab}` exercise regions in `{PACKAGE}/`. Each region looks like this:
+
+```python
+        # >>> EXERCISE {lab}.some_name: the task, in one line
+        # HINT: hints, if any
+        raise NotImplementedError("{lab}.some_name")     # <- replace this with your code
+        # <<< EXERCISE {lab}.some_name
+```
+
+Replace the `raise` line with your code; keep the marker lines. Only code inside the regions is graded:
+the grader copies your region bodies into its own copy of the engine, so changes anywhere else are
+not seen. {filled} Regions of later labs raise `NotImplementedError`; your tests never reach them.
+
+| region | file | task |
+| --- | --- | --- |
+{rows}
+## Set up
+
+```bash
+python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && pip install -e .
+```
+
+(Any `torch>=2.4` works; installing the CPU wheel first keeps pip from pulling a large CUDA build.)
+
+## Run the tests
+
+```bash
+pytest {PACKAGE}/{TESTS_DIR} -m {lab}
+```
+
+A failing test says what it expected and what your code produced, in the lab's terms (the first
+differing lifecycle event, a block-table diff, the first wrong slot). Tests marked `stretch` are
+optional; tests marked `gpu` run only where CUDA is available.
+
+## Self-check
+
+```bash
+inferlab check {lab}
+```
+
+runs the same tests and prints a score table (test, points, pass/fail, total). The public tests
+are not the whole grade: hidden tests check the same behaviour on other inputs.
+
+## Also here
+
+{chr(10).join(extras) if extras else "- Nothing else for this lab."}
+"""
+
+
+def _copy_handout(root: Path, lab: str, out: Path) -> Path | None:
+    for path in sorted((root / "assignments").glob(f"{lab}_*/README.md")):
+        rel = path.relative_to(root)
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, out / rel)
+        return rel
+    return None
+
+
+def _copy_tutorials(root: Path, out: Path) -> bool:
+    source = root / "tutorials"
+    if not source.is_dir():
+        return False
+    copied = False
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        hidden = any(part.startswith((".", "_")) for part in rel.parts)   # caches, build scripts
+        if hidden or not path.is_file() or path.suffix not in TUTORIAL_SUFFIXES:
+            continue
+        (out / "tutorials" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, out / "tutorials" / rel)
+        copied = True
+    return copied
+
+
+def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
+    """Write the lab's student repository into `out` (which must be absent or empty)."""
+    earlier = earlier_labs(lab)
+    out = Path(out).resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ValueError(f"{out} exists and is not empty; choose a new folder")
+    tree = load_reference(root)
+    out.mkdir(parents=True, exist_ok=True)
+    write_package(generate(tree, filled_labs(earlier)), out / PACKAGE)
+    copy_tests(root, lab, out / PACKAGE)
+    tools = out / "inferlab"
+    tools.mkdir()
+    for name in TOOL_MODULES:
+        shutil.copy2(root / "inferlab" / name, tools / name)
+    handout = _copy_handout(root, lab, out)
+    has_tutorials = _copy_tutorials(root, out)
+    (out / "pyproject.toml").write_text(pyproject(lab, _dependencies(root)), encoding="utf-8")
+    (out / "README.md").write_text(readme(lab, tree, handout, has_tutorials), encoding="utf-8")
+    (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n.venv/\n.pytest_cache/\nbuild/\n", encoding="utf-8")
+    return out
