@@ -43,6 +43,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return check(args.lab, args.impl)
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from inferlab.bench import run_bench
+    run_bench(args)
+    return 0
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     from inferlab.build import build
     console = Console()
@@ -106,6 +112,23 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--no-handouts", action="store_true", help="skip assignments/*/README.md")
     build.add_argument("--timeout", type=int, default=600, help="seconds allowed per notebook cell")
     build.set_defaults(func=_cmd_build)
+    bench = sub.add_parser("bench", help="measure output throughput (and compare with transformers generate)")
+    bench.add_argument("--workload", choices=["bench-256", "quick"], default="quick")
+    bench.add_argument("--shape", choices=["qwen3-0.6b"], default="qwen3-0.6b",
+                       help="random-weight model of this shape (no download)")
+    bench.add_argument("--model", default=None, help="a real Hugging Face checkpoint folder instead of --shape")
+    bench.add_argument("--compare", choices=["hf", "none"], default="none")
+    bench.add_argument("--hf-batch-size", type=int, default=64)
+    bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    bench.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    bench.add_argument("--backend", choices=["auto", "torch", "triton", "flash-attn"], default="auto")
+    bench.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    bench.add_argument("--max-num-seqs", type=int, default=256)
+    bench.add_argument("--max-num-batched-tokens", type=int, default=16384)
+    bench.add_argument("--block-size", type=int, default=16)
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--out", default=None, help="write the results as JSON here")
+    bench.set_defaults(func=_cmd_bench)
     return parser
 
 

@@ -179,9 +179,10 @@ class BlockManager:
         # HINT: chain each hash to the hash of the block before it; remember the tokens and map hash -> block.
         first_new_full = seq.num_cached_tokens // self.block_size
         seq.num_cached_tokens += num_new_tokens
-        if not self.enable_prefix_caching:
-            return
-        for i in range(first_new_full, seq.num_cached_tokens // self.block_size):
+        last_full = seq.num_cached_tokens // self.block_size
+        if not self.enable_prefix_caching or last_full == first_new_full:
+            return  # no block filled up (the common decode step)
+        for i in range(first_new_full, last_full):
             block = self.blocks[seq.block_table[i]]
             if block.hash is not None:
                 continue  # shared from the cache already

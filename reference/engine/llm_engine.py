@@ -24,7 +24,7 @@ from reference.engine.sequence import Sequence
 from reference.sampling_params import SamplingParams
 
 
-@dataclass
+@dataclass(slots=True)
 class StepOutput:
     """What one step produced for one sequence: its new token and whether it finished."""
     seq_id: int
@@ -174,23 +174,21 @@ class LLMEngine:
 
     def _stop_reason(self, seq: Sequence, token: int) -> str | None:
         params = seq.sampling_params
-        if not params.ignore_eos and token == self.eos_token_id:
+        if (token == self.eos_token_id and not params.ignore_eos) or token in params.stop_token_ids:
             return "stop"
-        if token in params.stop_token_ids:
-            return "stop"
-        if seq.num_output_tokens >= params.max_tokens or len(seq) >= self.config.max_model_len:
+        if len(seq) - seq.num_prompt_tokens >= params.max_tokens or len(seq) >= self.config.max_model_len:
             return "length"
         return None
 
     def _finish(self, seq: Sequence, reason: str, now: float) -> None:
         seq.finish_reason = reason
         seq.finished_time = now
-        # >>> EXERCISE lab1.emit_finish: Log that the request finished, then that its blocks went back to the pool.
-        # HINT: FINISHED carries reason and num_output_tokens; FREED carries blocks_freed; both at time `now`.
         blocks_freed = self.scheduler.finish(seq)
         del self.sequences[seq.seq_id]
+        # >>> EXERCISE lab1.emit_finish: Log that the request finished, then that its blocks went back to the pool.
+        # HINT: FINISHED carries reason and num_output_tokens; FREED carries blocks_freed; both at time `now`.
         self.log.emit("FINISHED", seq.seq_id, self.step_index, now, reason=reason,
-        # <<< EXERCISE lab1.emit_finish
                       num_output_tokens=seq.num_output_tokens)
         self.log.emit("FREED", seq.seq_id, self.step_index, now, blocks_freed=blocks_freed)
+        # <<< EXERCISE lab1.emit_finish
         self.finished[seq.seq_id] = seq

@@ -26,6 +26,8 @@ class AttentionMetadata:
     cu_seqlens_k: torch.Tensor | None = None  # prefill: [num_seqs + 1] offsets over context lengths
     max_seqlen_q: int = 0
     max_seqlen_k: int = 0
+    has_cached_prefix: bool = False  # prefill: does any sequence attend to K/V computed in earlier steps?
+    num_context_tokens: int = 0      # prefill: sum of context_lens (sizes the gathered K/V)
 
 
 def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -92,9 +94,117 @@ class TorchAttentionBackend:
         return o[:, :, 0, :]
 
 
-def make_backend(name: str, device: str) -> TorchAttentionBackend:
-    """Pick the attention backend. Only "torch" exists so far; "auto" resolves to it."""
-    if name in ("auto", "torch"):
+class TritonAttentionBackend:
+    """GPU backend: Triton KV store and paged decode; PyTorch's fused varlen flash attention for prefill.
+
+    Prefill over a cached prefix first gathers each sequence's whole context
+    out of the paged cache into one contiguous varlen batch. fp32 (which flash
+    attention does not take) falls back to the torch prefill, so fp32 runs can
+    be compared token for token with the oracle.
+    """
+
+    name = "triton"
+
+    def __init__(self):
+        from reference.kernels.kv_store import store_kvcache_triton
+        from reference.kernels.paged_decode import paged_decode_attention
+        self.store = store_kvcache_triton
+        self.decode = paged_decode_attention
+
+    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        self.store(k, v, k_cache, v_cache, meta.slot_mapping)
+        if not meta.is_prefill:
+            return self.decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale)
+        if q.dtype == torch.float32:
+            return TorchAttentionBackend()._prefill(q, k_cache, v_cache, meta, scale)
+        if meta.has_cached_prefix:
+            slots = context_slots(meta, k_cache.shape[1])
+            k = k_cache.flatten(0, 1)[slots]
+            v = v_cache.flatten(0, 1)[slots]
+        return flash_varlen(q, k, v, meta, scale)
+
+
+def context_slots(meta: AttentionMetadata, block_size: int) -> torch.Tensor:
+    """Cache slot of every context token of every sequence, in varlen (cu_seqlens_k) order."""
+    device = meta.context_lens.device
+    seq_index = torch.repeat_interleave(torch.arange(len(meta.context_lens), device=device), meta.context_lens,
+                                        output_size=meta.num_context_tokens)
+    position = torch.arange(meta.num_context_tokens, device=device) - meta.cu_seqlens_k[seq_index]
+    return meta.block_tables[seq_index, position // block_size] * block_size + position % block_size
+
+
+def flash_varlen(q, k, v, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """PyTorch's built-in FlashAttention-2 over variable-length sequences, causal.
+
+    With fewer queries than keys the causal mask is aligned to the end (query j
+    of n sees keys up to seqlen_k - n + j), which is what a chunk needs.
+    """
+    cu_k = meta.cu_seqlens_k if meta.has_cached_prefix else meta.cu_seqlens_q
+    max_k = meta.max_seqlen_k if meta.has_cached_prefix else meta.max_seqlen_q
+    out = torch.ops.aten._flash_attention_forward(
+        q, k, v, meta.cu_seqlens_q.int(), cu_k.int(), meta.max_seqlen_q, max_k, 0.0, True, False, scale=scale)
+    return out[0]
+
+
+class FlashAttnBackend:
+    """The flash-attn package: paged decode and prefill read the cache through the block table directly.
+
+    flash-attn's paged kernels need a KV block size that is a multiple of 256.
+    """
+
+    name = "flash-attn"
+
+    def __init__(self):
+        import flash_attn
+        from reference.kernels.kv_store import store_kvcache_triton
+        self.flash_attn = flash_attn
+        self.store = store_kvcache_triton
+
+    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        self.store(k, v, k_cache, v_cache, meta.slot_mapping)
+        if not meta.is_prefill:
+            out = self.flash_attn.flash_attn_with_kvcache(
+                q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.context_lens.int(),
+                block_table=meta.block_tables.int(), softmax_scale=scale, causal=True)
+            return out.squeeze(1)
+        if meta.has_cached_prefix:
+            return self.flash_attn.flash_attn_varlen_func(
+                q, k_cache, v_cache, meta.cu_seqlens_q.int(), meta.cu_seqlens_k.int(), meta.max_seqlen_q,
+                meta.max_seqlen_k, softmax_scale=scale, causal=True, block_table=meta.block_tables.int())
+        return self.flash_attn.flash_attn_varlen_func(
+            q, k, v, meta.cu_seqlens_q.int(), meta.cu_seqlens_q.int(), meta.max_seqlen_q, meta.max_seqlen_q,
+            softmax_scale=scale, causal=True)
+
+
+def _importable(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except Exception:  # a broken CUDA extension raises more than ImportError
+        return False
+
+
+def make_backend(name: str, device: str, block_size: int):
+    """Resolve `attention_backend`. "auto": flash-attn, then triton, then torch on CUDA; torch on the CPU."""
+    if name == "auto":
+        if device != "cuda":
+            name = "torch"
+        elif _importable("flash_attn") and block_size % 256 == 0:
+            name = "flash-attn"
+        else:
+            name = "triton" if _importable("triton") else "torch"
+    if name == "torch":
         return TorchAttentionBackend()
-    raise ValueError(f"attention_backend={name!r} is not available in this build "
-                     f"(device {device}); use 'torch' or 'auto'")
+    if device != "cuda":
+        raise ValueError(f"attention_backend={name!r} needs device='cuda' (got {device!r}); use 'torch'")
+    if name == "triton":
+        if not _importable("triton"):
+            raise ValueError("attention_backend='triton' but the triton package is not installed")
+        return TritonAttentionBackend()
+    if not _importable("flash_attn"):
+        raise ValueError("attention_backend='flash-attn' but the flash_attn package does not import "
+                         "(pip install inferlab[flash] on a CUDA machine)")
+    if block_size % 256 != 0:
+        raise ValueError(f"attention_backend='flash-attn' needs kvcache_block_size to be a multiple of 256, "
+                         f"got {block_size}")
+    return FlashAttnBackend()

@@ -32,7 +32,7 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     Sampling runs on the CPU with a per-request generator, so a seeded request
     gets the same tokens whatever else shares its batch.
     """
-    tokens = logits.argmax(dim=-1).tolist()
+    tokens = logits.argmax(dim=-1).tolist()   # in the model's dtype: no fp32 copy of the whole batch
     for i, (p, gen) in enumerate(zip(params, generators)):
         if p.greedy:
             continue

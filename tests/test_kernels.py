@@ -1,0 +1,227 @@
+"""Triton kernels and the GPU attention path, checked against the "torch" backend (the oracle).
+
+CPU (CI): the KV-store and paged-decode kernels run under TRITON_INTERPRET=1
+in fp32 (the interpreter mishandles bf16) and must match the oracle to fp32
+rounding. GPU (`gpu` marker): the same kernels in fp32/fp16/bf16 under the
+dtype's relative-error bound, flash prefill with and without a cached prefix,
+and whole-engine token agreement (triton vs torch backend, graphs vs eager).
+Fresh random inputs every call; outputs are poisoned before each kernel run.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="triton is installed by the dev extra on Linux")
+
+from reference.layers.attention import AttentionMetadata, TorchAttentionBackend, store_kvcache  # noqa: E402
+
+REL_TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@pytest.fixture
+def interpreted_kernels():
+    """The kernel modules, running in Triton's interpreter (conftest sets it when there is no GPU)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("interpreter checks run on CPU-only machines; GPU machines run the compiled checks below")
+    import reference.kernels.kv_store as kv_store
+    import reference.kernels.paged_decode as paged_decode
+    return kv_store, paged_decode
+
+
+def random_paged_case(batch: int, q_heads: int, kv_heads: int, head_dim: int, page: int, dtype, device, seed: int):
+    """Random caches and per-sequence block tables over distinct shuffled blocks; lengths cross page edges."""
+    gen = torch.Generator().manual_seed(seed)
+    lens = torch.randint(1, 6 * page, (batch,), generator=gen)
+    lens[0] = page            # exactly one full page
+    if batch > 1:
+        lens[1] = page + 1    # one token into the next page
+    blocks_per_seq = [(int(n) + page - 1) // page for n in lens]
+    num_blocks = sum(blocks_per_seq) + 3
+    perm = torch.randperm(num_blocks, generator=gen).tolist()
+    width = max(blocks_per_seq)
+    tables, used = [], 0
+    for n in blocks_per_seq:
+        row = perm[used:used + n]
+        used += n
+        tables.append(row + [0] * (width - n))
+    k_cache = torch.randn(num_blocks, page, kv_heads, head_dim, generator=gen).to(dtype).to(device)
+    v_cache = torch.randn(num_blocks, page, kv_heads, head_dim, generator=gen).to(dtype).to(device)
+    q = torch.randn(batch, q_heads, head_dim, generator=gen).to(dtype).to(device)
+    return q, k_cache, v_cache, torch.tensor(tables, device=device), lens.to(device)
+
+
+def oracle_decode(q, k_cache, v_cache, tables, lens, scale):
+    meta = AttentionMetadata(False, torch.full((len(lens),), -1), tables, lens)
+    return TorchAttentionBackend()._decode(q, k_cache, v_cache, meta, scale)
+
+
+@pytest.mark.parametrize("q_heads, kv_heads, head_dim, page, block_n", [
+    (4, 2, 16, 4, 8), (8, 8, 32, 16, 16), (16, 2, 64, 16, 32), (2, 1, 16, 8, 64)])
+def test_interpreted_decode_matches_oracle(interpreted_kernels, q_heads, kv_heads, head_dim, page, block_n):
+    _, paged_decode = interpreted_kernels
+    for seed in range(2):
+        q, kc, vc, tables, lens = random_paged_case(5, q_heads, kv_heads, head_dim, page, torch.float32, "cpu", seed)
+        got = paged_decode.paged_decode_attention(q, kc, vc, tables, lens, head_dim ** -0.5, block_n=block_n)
+        want = oracle_decode(q, kc, vc, tables, lens, head_dim ** -0.5)
+        assert rel_err(got, want) < REL_TOL[torch.float32], f"seed {seed}"
+
+
+def test_interpreted_decode_zero_length_rows_are_zero(interpreted_kernels):
+    """CUDA-graph padding rows have context length 0: they must not produce NaN."""
+    _, paged_decode = interpreted_kernels
+    q, kc, vc, tables, lens = random_paged_case(3, 4, 2, 16, 4, torch.float32, "cpu", 0)
+    lens[2] = 0
+    out = paged_decode.paged_decode_attention(q, kc, vc, tables, lens, 0.25, block_n=8)
+    assert torch.equal(out[2], torch.zeros_like(out[2]))
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("kv_heads, head_dim", [(2, 16), (8, 32)])
+def test_interpreted_store_matches_oracle(interpreted_kernels, kv_heads, head_dim):
+    kv_store, _ = interpreted_kernels
+    gen = torch.Generator().manual_seed(kv_heads)
+    cache = torch.randn(10, 4, kv_heads, head_dim, generator=gen)
+    k = torch.randn(6, kv_heads, head_dim, generator=gen)
+    v = torch.randn(6, kv_heads, head_dim, generator=gen)
+    slots = torch.tensor([0, 39, -1, 17, 5, -1])
+    want_k, want_v = cache.clone(), cache.clone() + 1
+    store_kvcache(k, v, want_k, want_v, slots)
+    got_k, got_v = cache.clone(), cache.clone() + 1
+    kv_store.store_kvcache_triton(k, v, got_k, got_v, slots)
+    assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+    # Padding slots (-1) wrote nothing: every slot not named is untouched.
+    untouched = torch.ones(40, dtype=torch.bool)
+    untouched[[0, 39, 17, 5]] = False
+    assert torch.equal(got_k.flatten(0, 1)[untouched], cache.flatten(0, 1)[untouched])
+
+
+# ----------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("q_heads, kv_heads, page", [(16, 8, 16), (32, 4, 16), (16, 8, 32), (8, 8, 256)])
+def test_gpu_decode_matches_oracle(dtype, q_heads, kv_heads, page):
+    from reference.kernels.paged_decode import paged_decode_attention
+    for seed in range(3):
+        q, kc, vc, tables, lens = random_paged_case(64, q_heads, kv_heads, 128, page, dtype, "cuda", seed)
+        want = oracle_decode(q.float(), kc.float(), vc.float(), tables, lens, 128 ** -0.5)
+        got = paged_decode_attention(q, kc, vc, tables, lens, 128 ** -0.5)
+        assert rel_err(got, want) < REL_TOL[dtype], f"seed {seed}: {rel_err(got, want):.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_store_matches_oracle(dtype):
+    from reference.kernels.kv_store import store_kvcache_triton
+    cache = torch.randn(64, 16, 8, 128, device="cuda").to(dtype)
+    k, v = torch.randn(2, 300, 8, 128, device="cuda").to(dtype)
+    slots = torch.randperm(64 * 16, device="cuda")[:300]
+    slots[::7] = -1
+    want_k, want_v = cache.clone(), cache.clone()
+    store_kvcache(k, v, want_k, want_v, slots)
+    got_k, got_v = cache.clone(), cache.clone()
+    store_kvcache_triton(k, v, got_k, got_v, slots)
+    assert torch.equal(got_k, want_k) and torch.equal(got_v, want_v)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cached", [[0, 0, 0], [16, 0, 48], [32, 17, 5]])
+def test_gpu_prefill_matches_oracle(dtype, cached):
+    """Flash varlen prefill, with and without a cached prefix (chunks: fewer queries than keys)."""
+    from reference.layers.attention import TritonAttentionBackend
+    torch.manual_seed(sum(cached))
+    page, kv_heads, q_heads, dim = 16, 8, 16, 128
+    new = [37, 16, 100]
+    ctx = [c + n for c, n in zip(cached, new)]
+    blocks = [(n + page - 1) // page for n in ctx]
+    perm = torch.randperm(sum(blocks) + 4).tolist()
+    tables, slots, used = [], [], 0
+    for c, n, b in zip(cached, ctx, blocks):
+        row = perm[used:used + b]
+        used += b
+        tables.append(row + [0] * (max(blocks) - b))
+        slots += [row[p // page] * page + p % page for p in range(c, n)]
+    cache_k = torch.randn(len(perm), page, kv_heads, dim, device="cuda").to(dtype)
+    cache_v = torch.randn(len(perm), page, kv_heads, dim, device="cuda").to(dtype)
+    total = sum(new)
+    q = torch.randn(total, q_heads, dim, device="cuda").to(dtype)
+    k = torch.randn(total, kv_heads, dim, device="cuda").to(dtype)
+    v = torch.randn(total, kv_heads, dim, device="cuda").to(dtype)
+    cu_q = torch.tensor([0, *torch.tensor(new).cumsum(0).tolist()], device="cuda")
+    cu_k = torch.tensor([0, *torch.tensor(ctx).cumsum(0).tolist()], device="cuda")
+    meta = AttentionMetadata(True, torch.tensor(slots, device="cuda"), torch.tensor(tables, device="cuda"),
+                             torch.tensor(ctx, device="cuda"), cu_q, cu_k, max(new), max(ctx),
+                             has_cached_prefix=any(cached), num_context_tokens=sum(ctx))
+    want_k, want_v = cache_k.clone(), cache_v.clone()
+    want = TorchAttentionBackend().forward(q.float(), k, v, want_k, want_v, meta, dim ** -0.5)
+    got = TritonAttentionBackend().forward(q, k, v, cache_k, cache_v, meta, dim ** -0.5)
+    assert rel_err(got, want) < REL_TOL[dtype]
+
+
+def _bench_like_prompts(n: int, vocab: int, seed: int) -> list[list[int]]:
+    import random
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab - 3) for _ in range(rng.randint(5, 120))] for _ in range(n)]
+
+
+@pytest.mark.gpu
+def test_gpu_triton_backend_tokens_equal_torch_backend_fp32(tiny_model_dir):
+    """Issue target: identical greedy tokens for every sequence over 64 tokens, fp32."""
+    from reference import LLM, SamplingParams
+    prompts = _bench_like_prompts(48, 1024, 0)
+    params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    runs = {}
+    for backend in ("torch", "triton"):
+        llm = LLM(tiny_model_dir, device="cuda", dtype="float32", attention_backend=backend, max_num_seqs=64)
+        runs[backend] = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+    diff = [i for i, (a, b) in enumerate(zip(runs["torch"], runs["triton"])) if a != b]
+    assert not diff, f"sequences {diff} differ between backends"
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graphs_equal_eager_fp32(tiny_model_dir):
+    from reference import LLM, SamplingParams
+    prompts = _bench_like_prompts(37, 1024, 1)   # 37: not a bucket size, so padding is exercised
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    out = {}
+    for eager in (True, False):
+        llm = LLM(tiny_model_dir, device="cuda", dtype="float32", attention_backend="triton", enforce_eager=eager,
+                  max_num_seqs=64)
+        assert bool(llm.model_runner.graphs) is not eager
+        out[eager] = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+    assert out[True] == out[False]
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_triton_vs_torch_first_32_tokens_share():
+    """Issue target: report the share of sequences whose first 32 greedy tokens agree in bf16.
+
+    Random weights of Qwen3-0.6B's layer shape; bf16 rounding flips near-tied choices,
+    so this is measured and printed, with a floor that only a broken kernel falls under.
+    """
+    import tempfile
+    import transformers
+    from inferlab.bench import make_random_model
+    from reference import LLM, SamplingParams
+    shape = dict(vocab_size=4096, hidden_size=1024, intermediate_size=3072, num_hidden_layers=8,
+                 num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,
+                 rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+    model_dir = str(make_random_model(tempfile.mkdtemp() + "/m", shape=shape, seed=3))
+    prompts = _bench_like_prompts(64, shape["vocab_size"], 2)
+    params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
+    runs = {}
+    for backend in ("torch", "triton"):
+        llm = LLM(model_dir, device="cuda", dtype="bfloat16", attention_backend=backend, max_num_seqs=64)
+        runs[backend] = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+    share = sum(a == b for a, b in zip(runs["torch"], runs["triton"])) / len(prompts)
+    print(f"\nbf16 share of sequences whose first 32 tokens agree (triton vs torch): {share:.1%}")
+    assert share >= 0.5
