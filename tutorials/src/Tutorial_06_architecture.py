@@ -94,7 +94,7 @@ def print_tree(calls, max_depth=3):
     for depth, name in calls:
         if depth > max_depth:
             continue
-        if folded and folded[-1][:2] == (depth, name):
+        if folded and tuple(folded[-1][:2]) == (depth, name):
             folded[-1][2] += 1
         else:
             folded.append([depth, name, 1])
@@ -131,8 +131,8 @@ for chain in (["LLM.generate", "LLMEngine.step", "Scheduler.schedule"],
     assert has_chain(calls, chain)
 
 # %% [markdown]
-# 往下多看几层：第二个 `ModelRunner.run`（decode 那一步）里面是 data plane —— 准备输入、模型的各层、attention backend、采样。
-# 为了好读，这里隐去了 `Sequence` 的小属性和 `LifecycleLog.now`。
+# 往下多看几层：`ModelRunner.run` 里面是 data plane —— 准备输入、模型的各层、attention backend、采样。
+# 先看 prefill 那一步（第一个 `ModelRunner.run`）。为了好读，这里隐去了 `Sequence` 的小属性和 `LifecycleLog.now`。
 
 # %%
 def subtree(calls, name, nth=0):
@@ -147,9 +147,26 @@ def subtree(calls, name, nth=0):
     return out
 
 
+def readable(tree):
+    return [c for c in tree if not c[1].startswith(("Sequence.", "LifecycleLog.now"))]
+
+
+prefill_run = subtree(calls, "ModelRunner.run", nth=0)
+print_tree(readable(prefill_run), max_depth=5)
+assert any(n.endswith("Backend.forward") for _, n in prefill_run)   # the attention backend, called from Python
+
+# %% [markdown]
+# 再看 decode 那一步（第二个 `ModelRunner.run`）。在 CPU 上它和 prefill 一样，一层层调用模型。
+# 在 GPU 上（CUDA graphs 打开时），这里只剩一次 graph replay：整个 decode 前向是事先录好的一串 kernel，
+# 在 GPU 上重放，Python 根本看不到模型的各层 —— 这正是 CUDA graphs 省掉的开销（Tutorial 07）。
+
+# %%
 decode_run = subtree(calls, "ModelRunner.run", nth=1)
-print_tree([c for c in decode_run if not c[1].startswith(("Sequence.", "LifecycleLog.now"))], max_depth=5)
-assert any(n == "TorchAttentionBackend.forward" or n.endswith("Backend.forward") for _, n in decode_run)
+print_tree(readable(decode_run), max_depth=3)
+layers_called = any(n == "Qwen3DecoderLayer.forward" for _, n in decode_run)
+print("decode step ran the model layers from Python:", layers_called)
+if not torch.cuda.is_available():
+    assert layers_called
 
 # %% [markdown]
 # ## 3. 时间花在哪个平面？
@@ -192,6 +209,8 @@ def instrument(llm, tracer):
     tracer.wrap(llm.model_runner, "prepare_prefill", "prepare inputs")
     tracer.wrap(llm.model_runner, "prepare_decode", "prepare inputs")
     tracer.wrap(llm.model_runner.model, "forward", "model forward")
+    if hasattr(llm.model_runner, "_replay_decode_graph"):   # GPU: decode replays a CUDA graph instead
+        tracer.wrap(llm.model_runner, "_replay_decode_graph", "model forward")
 
 
 def workload(llm, n=12):
