@@ -113,15 +113,20 @@ class ModelRunner:
 
     # -- inputs --------------------------------------------------------------
     def _slot(self, seq: Sequence, position: int) -> int:
+        # >>> EXERCISE lab4.slot: Return the KV-cache slot of token `position` of seq (its physical block and offset).
+        # HINT: position // block_size is the logical block; seq.block_table maps it to a physical block.
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
+        # <<< EXERCISE lab4.slot
 
     def _block_tables(self, seqs: list[Sequence]) -> torch.Tensor:
         """[num_seqs, longest table] block ids, rows padded with 0 (never read: context_lens stop there)."""
+        # >>> EXERCISE lab4.block_tables: Stack the sequences' block tables into one tensor, padding short rows with 0.
         width = max(len(seq.block_table) for seq in seqs)
         tables = np.zeros((len(seqs), width), dtype=np.int64)
         for row, seq in zip(tables, seqs):
             row[:len(seq.block_table)] = seq.block_table
         return self._tensor(tables)
+        # <<< EXERCISE lab4.block_tables
 
     def _tensor(self, data) -> torch.Tensor:
         tensor = torch.from_numpy(data) if isinstance(data, np.ndarray) else torch.tensor(data, dtype=torch.int64)
@@ -131,6 +136,10 @@ class ModelRunner:
 
     def prepare_prefill(self, seqs: list[Sequence]):
         """Each sequence contributes tokens [num_cached, num_cached + num_scheduled)."""
+        # >>> EXERCISE lab4.prepare_prefill: Build the flat prefill inputs of this step's chunk of every sequence.
+        # HINT: a sequence's new tokens are positions num_cached_tokens .. num_cached_tokens + num_scheduled_tokens.
+        # HINT: context_lens (seqlen_k) is where the chunk ends: cached prefix + new tokens.
+        # HINT: cu_seqlens_q / cu_seqlens_k are running sums (from 0) of new tokens / of context lengths.
         input_ids, positions, slot_mapping, context_lens = [], [], [], []
         cu_seqlens_q, cu_seqlens_k = [0], [0]
         for seq in seqs:
@@ -141,6 +150,7 @@ class ModelRunner:
             context_lens.append(end)                       # seqlen_k: the end of this chunk
             cu_seqlens_q.append(cu_seqlens_q[-1] + end - start)
             cu_seqlens_k.append(cu_seqlens_k[-1] + end)
+        # <<< EXERCISE lab4.prepare_prefill
         meta = AttentionMetadata(
             is_prefill=True, slot_mapping=self._tensor(slot_mapping), block_tables=self._block_tables(seqs),
             context_lens=self._tensor(context_lens), cu_seqlens_q=self._tensor(cu_seqlens_q),
@@ -151,14 +161,18 @@ class ModelRunner:
 
     def prepare_decode(self, seqs: list[Sequence]):
         """One token per sequence: the newest one, at position len - 1."""
+        # >>> EXERCISE lab4.prepare_decode: Build the decode inputs: each sequence's newest token, its slot and context.
+        # HINT: the newest token is not in the cache yet: this step writes its K/V, then attends over all len(seq).
         input_ids = [seq.last_token for seq in seqs]
         positions = [len(seq) - 1 for seq in seqs]
         slot_mapping = [self._slot(seq, len(seq) - 1) for seq in seqs]
         context_lens = [len(seq) for seq in seqs]
-        meta = AttentionMetadata(
-            is_prefill=False, slot_mapping=self._tensor(slot_mapping), block_tables=self._block_tables(seqs),
-            context_lens=self._tensor(context_lens), max_seqlen_q=1, max_seqlen_k=max(context_lens))
-        return self._tensor(input_ids), self._tensor(positions), meta
+        # <<< EXERCISE lab4.prepare_decode
+        # One host-to-device copy for the four per-sequence rows: each copy has a fixed cost.
+        ids_t, positions_t, slots_t, lens_t = self._tensor([input_ids, positions, slot_mapping, context_lens])
+        meta = AttentionMetadata(is_prefill=False, slot_mapping=slots_t, block_tables=self._block_tables(seqs),
+                                 context_lens=lens_t, max_seqlen_q=1, max_seqlen_k=max(context_lens))
+        return ids_t, positions_t, meta
 
     # -- CUDA graphs -----------------------------------------------------------
     def _graph_batch_sizes(self) -> list[int]:
@@ -203,6 +217,9 @@ class ModelRunner:
 
         Padding rows get slot -1 (no KV write) and context length 0 (no reads).
         """
+        # >>> EXERCISE lab4.graph_replay: Fill the static buffers of the smallest captured batch that fits, then replay.
+        # HINT: a graph reads only self.static; rows past this batch are padding: slot -1 and context length 0,
+        # HINT: or they would write and read K/V of whatever an earlier, larger batch left there.
         batch = input_ids.shape[0]
         bucket = min(b for b in self.graphs if b >= batch)
         s = self.static
@@ -215,6 +232,7 @@ class ModelRunner:
         s["block_tables"][:batch, :meta.block_tables.shape[1]] = meta.block_tables
         self.graphs[bucket].replay()
         return s["hidden"][:batch]
+        # <<< EXERCISE lab4.graph_replay
 
     # -- one step --------------------------------------------------------------
     @torch.inference_mode()

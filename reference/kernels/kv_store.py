@@ -14,6 +14,9 @@ import triton.language as tl
 @triton.jit
 def _store_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, stride_k, stride_v,
                      ROW: tl.constexpr, BLOCK: tl.constexpr):
+    # >>> EXERCISE lab4.kv_store_kernel: Copy token `program_id(0)`'s K and V rows into its cache slot (skip slot < 0).
+    # HINT: a slot's row starts at slot * ROW in the flat cache; load and store BLOCK lanes masked to the first ROW.
+    # HINT: cast the slot to int64 before multiplying: slot * ROW overflows int32 in a large cache.
     token = tl.program_id(0)
     slot = tl.load(slot_ptr + token)
     if slot < 0:
@@ -24,6 +27,7 @@ def _store_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, stride_k,
     v = tl.load(v_ptr + token * stride_v + offs, mask=mask)
     tl.store(k_cache_ptr + slot.to(tl.int64) * ROW + offs, k, mask=mask)
     tl.store(v_cache_ptr + slot.to(tl.int64) * ROW + offs, v, mask=mask)
+    # <<< EXERCISE lab4.kv_store_kernel
 
 
 def store_kvcache_triton(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -83,6 +83,9 @@ class TorchAttentionBackend:
         return out
 
     def _decode(self, q, k_cache, v_cache, meta, scale):
+        # >>> EXERCISE lab4.paged_decode: Attend each sequence's one query over its context_lens cached tokens.
+        # HINT: k_cache[block_tables] gathers every sequence's blocks: [batch, max_blocks, block_size, heads, dim].
+        # HINT: mask out positions >= context_lens (padding blocks, unused slots); _attend does GQA and softmax.
         # Gather every sequence's blocks into a padded batch, then mask the tail.
         batch, max_blocks = meta.block_tables.shape
         block_size = k_cache.shape[1]
@@ -92,6 +95,7 @@ class TorchAttentionBackend:
         mask = (positions[None, :] < meta.context_lens[:, None])[:, None, None, :]  # [B, 1, 1, Lk]
         o = _attend(q[:, :, None, :], k.transpose(1, 2), v.transpose(1, 2), mask, scale)
         return o[:, :, 0, :]
+        # <<< EXERCISE lab4.paged_decode
 
 
 class TritonAttentionBackend:

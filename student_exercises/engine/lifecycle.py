@@ -1,0 +1,46 @@
+# Generated from reference/engine/lifecycle.py by `inferlab exercises build`. Write your code only inside the EXERCISE regions.
+"""The lifecycle log: one JSON object per event, in the order events happen.
+
+Each event has `event`, `seq_id`, `step` (engine step index, deterministic) and
+`time` (monotonic seconds). Tests compare step-indexed event sequences exactly;
+metrics such as TTFT come from the times. See docs/architecture.md for the
+event list; `reference.metrics` reads it back.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class LifecycleLog:
+    """Collects events in memory and, if given a path, appends them to a JSONL file."""
+
+    def __init__(self, path: str | None = None):
+        self.events: list[dict[str, Any]] = []
+        self.path = path
+        self._file: TextIO | None = None
+        if path is not None:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "w", encoding="utf-8")
+
+    @staticmethod
+    def now() -> float:
+        return time.perf_counter()
+
+    def emit(self, event: str, seq_id: int | None, step: int, now: float | None = None, **fields: Any) -> None:
+        record = {"event": event, "seq_id": seq_id, "step": step,
+                  "time": self.now() if now is None else now, **fields}
+        self.events.append(record)
+        if self._file is not None:
+            self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+    def flush(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

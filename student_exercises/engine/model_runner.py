@@ -1,0 +1,242 @@
+# Generated from reference/engine/model_runner.py by `inferlab exercises build`. Write your code only inside the EXERCISE regions.
+"""The model runner: turns a scheduled batch into tensors, runs the model, samples.
+
+`prepare_prefill` / `prepare_decode` build the flat inputs the lecture names
+(input_ids, positions, cu_seqlens_q/k, slot_mapping, block_tables,
+context_lens); `run` does one forward pass and returns one sampled token per
+sequence that completes its prompt (or decodes) in this step.
+
+On CUDA, decode steps replay CUDA graphs captured once per batch-size bucket:
+a decode step is hundreds of small kernels, and launching them one by one from
+Python costs more than running them. Prefill runs eagerly (its shapes vary).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from student_exercises.config import Config
+from student_exercises.engine.sequence import Sequence
+from student_exercises.layers.attention import AttentionMetadata, make_backend
+from student_exercises.layers.sampler import sample
+from student_exercises.models.loader import load_weights
+from student_exercises.models.qwen3 import ElementwiseOps, Qwen3Attention, Qwen3ForCausalLM
+
+# On the CPU the KV pool gets as many bytes as the weights, and at least this much.
+CPU_MIN_KV_BYTES = 128 * 2**20
+
+
+class ModelRunner:
+    def __init__(self, config: Config):
+        self.config = config
+        self.device = torch.device(config.device)
+        self.dtype = config.torch_dtype
+        self.block_size = config.kvcache_block_size
+        with torch.device(self.device):
+            self.model = Qwen3ForCausalLM(config.hf_config).to(self.dtype)
+        load_weights(self.model, config.model)
+        self.model.eval()
+        if self.device.type == "cuda" and not config.enforce_eager:
+            self.model.use_ops(ElementwiseOps.fused())
+        self.backend = make_backend(config.attention_backend, config.device, self.block_size)
+        self.attention_layers = [m for m in self.model.modules() if isinstance(m, Qwen3Attention)]
+        for attn in self.attention_layers:
+            attn.backend = self.backend
+        self.num_kvcache_blocks = config.num_kvcache_blocks or self._blocks_that_fit()
+        self.kv_cache = self._allocate_kv_cache(self.num_kvcache_blocks)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        if self.device.type == "cuda" and not config.enforce_eager and self.backend.name != "torch":
+            self._capture_decode_graphs()
+
+    # -- KV cache ------------------------------------------------------------
+    def _bytes_per_block(self) -> int:
+        layer = self.attention_layers[0]
+        per_token = 2 * len(self.attention_layers) * layer.num_kv_heads * layer.head_dim
+        return per_token * self.block_size * torch.finfo(self.dtype).bits // 8
+
+    def _blocks_that_fit(self) -> int:
+        """Default pool size: every sequence at full length, if memory allows."""
+        wanted = self.config.max_num_seqs * self.config.max_model_len // self.block_size
+        if self.device.type == "cpu":
+            weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+            return max(1, min(wanted, max(CPU_MIN_KV_BYTES, weights) // self._bytes_per_block()))
+        return min(wanted, self._blocks_in_free_gpu_memory())
+
+    def _blocks_in_free_gpu_memory(self) -> int:
+        """Run the largest prefill step once, then give the KV cache what the budget leaves.
+
+        budget = total * gpu_memory_utilization - memory in use now - the
+        activation peak the warm-up measured (it returns to the allocator).
+        """
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self._warmup_prefill()
+        free, total = torch.cuda.mem_get_info(self.device)
+        peak = torch.cuda.max_memory_allocated(self.device)
+        current = torch.cuda.memory_allocated(self.device)
+        budget = total * self.config.gpu_memory_utilization - (total - free) - (peak - current)
+        blocks = int(budget // self._bytes_per_block())
+        if blocks < 1:
+            raise RuntimeError(f"no GPU memory left for a KV cache ({free / 2**30:.1f} GiB free of "
+                               f"{total / 2**30:.1f}); raise gpu_memory_utilization or shorten max_model_len")
+        return blocks
+
+    @torch.inference_mode()
+    def _warmup_prefill(self) -> None:
+        """A dummy prefill of max_num_batched_tokens tokens through a temporary cache."""
+        max_len = self.config.max_model_len
+        num_tokens = min(self.config.max_num_batched_tokens, self.config.max_num_seqs * max_len)
+        lengths = [max_len] * (num_tokens // max_len) + ([num_tokens % max_len] if num_tokens % max_len else [])
+        blocks_per_seq = (max_len + self.block_size - 1) // self.block_size
+        cache = self._allocate_kv_cache(blocks_per_seq * len(lengths))
+        seqs = []
+        for i, n in enumerate(lengths):
+            seq = Sequence([0] * n, None, self.block_size, seq_id=-1)
+            seq.block_table = list(range(i * blocks_per_seq, i * blocks_per_seq + (n + self.block_size - 1) // self.block_size))
+            seq.num_scheduled_tokens = n
+            seqs.append(seq)
+        input_ids, positions, meta = self.prepare_prefill(seqs)
+        hidden = self.model(input_ids, positions, meta)
+        self.model.compute_logits(hidden[meta.cu_seqlens_q[1:] - 1])
+        del cache, hidden
+        torch.cuda.synchronize(self.device)
+
+    def _allocate_kv_cache(self, num_blocks: int) -> torch.Tensor:
+        """One tensor [2, layers, blocks, block_size, kv_heads, head_dim]; each layer gets views of it."""
+        layer = self.attention_layers[0]
+        shape = (2, len(self.attention_layers), num_blocks, self.block_size, layer.num_kv_heads, layer.head_dim)
+        # Zeros, not empty: padded decode reads unwritten slots (masked, but NaN * 0 is NaN).
+        kv_cache = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        for i, attn in enumerate(self.attention_layers):
+            attn.k_cache, attn.v_cache = kv_cache[0, i], kv_cache[1, i]
+        return kv_cache
+
+    # -- inputs --------------------------------------------------------------
+    def _slot(self, seq: Sequence, position: int) -> int:
+        # >>> EXERCISE lab4.slot: Return the KV-cache slot of token `position` of seq (its physical block and offset).
+        # HINT: position // block_size is the logical block; seq.block_table maps it to a physical block.
+        raise NotImplementedError("lab4.slot")
+        # <<< EXERCISE lab4.slot
+
+    def _block_tables(self, seqs: list[Sequence]) -> torch.Tensor:
+        """[num_seqs, longest table] block ids, rows padded with 0 (never read: context_lens stop there)."""
+        # >>> EXERCISE lab4.block_tables: Stack the sequences' block tables into one tensor, padding short rows with 0.
+        raise NotImplementedError("lab4.block_tables")
+        # <<< EXERCISE lab4.block_tables
+
+    def _tensor(self, data) -> torch.Tensor:
+        tensor = torch.from_numpy(data) if isinstance(data, np.ndarray) else torch.tensor(data, dtype=torch.int64)
+        if self.device.type == "cuda":
+            tensor = tensor.pin_memory().to(self.device, non_blocking=True)
+        return tensor
+
+    def prepare_prefill(self, seqs: list[Sequence]):
+        """Each sequence contributes tokens [num_cached, num_cached + num_scheduled)."""
+        # >>> EXERCISE lab4.prepare_prefill: Build the flat prefill inputs of this step's chunk of every sequence.
+        # HINT: a sequence's new tokens are positions num_cached_tokens .. num_cached_tokens + num_scheduled_tokens.
+        # HINT: context_lens (seqlen_k) is where the chunk ends: cached prefix + new tokens.
+        # HINT: cu_seqlens_q / cu_seqlens_k are running sums (from 0) of new tokens / of context lengths.
+        raise NotImplementedError("lab4.prepare_prefill")
+        # <<< EXERCISE lab4.prepare_prefill
+        meta = AttentionMetadata(
+            is_prefill=True, slot_mapping=self._tensor(slot_mapping), block_tables=self._block_tables(seqs),
+            context_lens=self._tensor(context_lens), cu_seqlens_q=self._tensor(cu_seqlens_q),
+            cu_seqlens_k=self._tensor(cu_seqlens_k),
+            max_seqlen_q=max(b - a for a, b in zip(cu_seqlens_q, cu_seqlens_q[1:])), max_seqlen_k=max(context_lens),
+            has_cached_prefix=any(seq.num_cached_tokens > 0 for seq in seqs), num_context_tokens=cu_seqlens_k[-1])
+        return self._tensor(input_ids), self._tensor(positions), meta
+
+    def prepare_decode(self, seqs: list[Sequence]):
+        """One token per sequence: the newest one, at position len - 1."""
+        # >>> EXERCISE lab4.prepare_decode: Build the decode inputs: each sequence's newest token, its slot and context.
+        # HINT: the newest token is not in the cache yet: this step writes its K/V, then attends over all len(seq).
+        raise NotImplementedError("lab4.prepare_decode")
+        # <<< EXERCISE lab4.prepare_decode
+        meta = AttentionMetadata(
+            is_prefill=False, slot_mapping=self._tensor(slot_mapping), block_tables=self._block_tables(seqs),
+            context_lens=self._tensor(context_lens), max_seqlen_q=1, max_seqlen_k=max(context_lens))
+        return self._tensor(input_ids), self._tensor(positions), meta
+
+    # -- CUDA graphs -----------------------------------------------------------
+    def _graph_batch_sizes(self) -> list[int]:
+        largest = self.config.max_num_seqs
+        return sorted({b for b in [1, 2, 4, 8, *range(16, largest + 1, 16)] if b <= largest} | {largest})
+
+    @torch.inference_mode()
+    def _capture_decode_graphs(self) -> None:
+        """Capture one decode graph per batch-size bucket, largest first, sharing one memory pool.
+
+        Graphs replay fixed addresses, so every input lives in a static buffer
+        that `_replay_decode_graph` fills before each replay.
+        """
+        largest = self.config.max_num_seqs
+        max_blocks = (self.config.max_model_len + self.block_size - 1) // self.block_size
+        hidden_size = self.config.hf_config["hidden_size"]
+        self.static = {
+            "input_ids": torch.zeros(largest, dtype=torch.int64, device=self.device),
+            "positions": torch.zeros(largest, dtype=torch.int64, device=self.device),
+            "slot_mapping": torch.full((largest,), -1, dtype=torch.int64, device=self.device),
+            "context_lens": torch.zeros(largest, dtype=torch.int64, device=self.device),
+            "block_tables": torch.zeros(largest, max_blocks, dtype=torch.int64, device=self.device),
+            "hidden": torch.zeros(largest, hidden_size, dtype=self.dtype, device=self.device),
+        }
+        s = self.static
+        pool = None
+        for batch in reversed(self._graph_batch_sizes()):
+            meta = AttentionMetadata(is_prefill=False, slot_mapping=s["slot_mapping"][:batch],
+                                     block_tables=s["block_tables"][:batch], context_lens=s["context_lens"][:batch],
+                                     max_seqlen_q=1, max_seqlen_k=self.config.max_model_len)
+            s["hidden"][:batch] = self.model(s["input_ids"][:batch], s["positions"][:batch], meta)  # warm-up
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool):
+                s["hidden"][:batch] = self.model(s["input_ids"][:batch], s["positions"][:batch], meta)
+            pool = graph.pool() if pool is None else pool
+            self.graphs[batch] = graph
+        torch.cuda.synchronize(self.device)
+
+    def _replay_decode_graph(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                             meta: AttentionMetadata) -> torch.Tensor:
+        """Copy this step's inputs into the smallest captured bucket that fits, replay, return hidden states.
+
+        Padding rows get slot -1 (no KV write) and context length 0 (no reads).
+        """
+        # >>> EXERCISE lab4.graph_replay: Fill the static buffers of the smallest captured batch that fits, then replay.
+        # HINT: a graph reads only self.static; rows past this batch are padding: slot -1 and context length 0,
+        # HINT: or they would write and read K/V of whatever an earlier, larger batch left there.
+        raise NotImplementedError("lab4.graph_replay")
+        # <<< EXERCISE lab4.graph_replay
+
+    # -- one step --------------------------------------------------------------
+    @torch.inference_mode()
+    def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int | None]:
+        """Forward the batch; sample for sequences whose scheduled tokens reach their end.
+
+        A prefill chunk that stops short of the end samples nothing (None): its
+        last position is not the sequence's last token.
+        """
+        if is_prefill:
+            input_ids, positions, meta = self.prepare_prefill(seqs)
+            hidden = self.model(input_ids, positions, meta)
+            last = meta.cu_seqlens_q[1:] - 1
+        else:
+            input_ids, positions, meta = self.prepare_decode(seqs)
+            if self.graphs and len(seqs) <= max(self.graphs):
+                hidden = self._replay_decode_graph(input_ids, positions, meta)
+            else:
+                hidden = self.model(input_ids, positions, meta)
+            last = None  # one row per sequence already
+        completes = [seq.num_cached_tokens + seq.num_scheduled_tokens == len(seq) for seq in seqs]
+        rows = [i for i, done in enumerate(completes) if done]
+        tokens: list[int | None] = [None] * len(seqs)
+        if not rows:
+            return tokens
+        if last is not None:
+            hidden = hidden[last]
+        if len(rows) < len(seqs):
+            hidden = hidden[torch.tensor(rows, device=hidden.device)]
+        logits = self.model.compute_logits(hidden)
+        sampled = sample(logits, [seqs[i].sampling_params for i in rows], [seqs[i].generator for i in rows])
+        for i, token in zip(rows, sampled):
+            tokens[i] = token
+        return tokens

@@ -1,0 +1,207 @@
+# Generated from reference/layers/attention.py by `inferlab exercises build`. Write your code only inside the EXERCISE regions.
+"""Attention over the paged KV cache, and the metadata every backend reads.
+
+A step's tokens arrive flattened: all sequences' new tokens in one tensor,
+with `cu_seqlens_q` marking where each sequence starts. Each attention call
+first stores the new K/V into the cache slots named by `slot_mapping`, then
+attends over everything the sequence has in the cache (its prefix included),
+found through its row of `block_tables`.
+
+The "torch" backend below is written for clarity, not speed: it is the oracle
+the faster backends are checked against, and it runs on CPU and CUDA alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class AttentionMetadata:
+    is_prefill: bool
+    slot_mapping: torch.Tensor      # [num_tokens] cache slot of each new token (-1: skip, for padding)
+    block_tables: torch.Tensor      # [num_seqs, max_blocks] physical block ids, padded with 0
+    context_lens: torch.Tensor      # [num_seqs] tokens in the cache after this step (= seqlen_k)
+    cu_seqlens_q: torch.Tensor | None = None  # prefill: [num_seqs + 1] offsets of each sequence's new tokens
+    cu_seqlens_k: torch.Tensor | None = None  # prefill: [num_seqs + 1] offsets over context lengths
+    max_seqlen_q: int = 0
+    max_seqlen_k: int = 0
+    has_cached_prefix: bool = False  # prefill: does any sequence attend to K/V computed in earlier steps?
+    num_context_tokens: int = 0      # prefill: sum of context_lens (sizes the gathered K/V)
+
+
+def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                  slot_mapping: torch.Tensor) -> None:
+    """Write each new token's K/V into its slot. k, v: [num_tokens, kv_heads, head_dim]."""
+    valid = slot_mapping >= 0
+    slots = slot_mapping[valid]
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slots, k[valid].to(k_cache.dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slots, v[valid].to(v_cache.dtype))
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+    """The first `length` cached tokens of one sequence: [length, kv_heads, head_dim]."""
+    block_size = cache.shape[1]
+    num_blocks = (length + block_size - 1) // block_size
+    return cache[block_table[:num_blocks]].flatten(0, 1)[:length]
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """q: [..., Hq, Lq, D]; k, v: [..., Hkv, Lk, D]; mask: True where a query may see a key."""
+    group = q.shape[-3] // k.shape[-3]          # grouped-query attention: heads share K/V
+    k = k.repeat_interleave(group, dim=-3)
+    v = v.repeat_interleave(group, dim=-3)
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), v.float()).to(q.dtype)
+
+
+class TorchAttentionBackend:
+    """Pure-PyTorch paged attention: per-sequence loop for prefill, padded batch for decode."""
+
+    name = "torch"
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        store_kvcache(k, v, k_cache, v_cache, meta.slot_mapping)
+        if meta.is_prefill:
+            return self._prefill(q, k_cache, v_cache, meta, scale)
+        return self._decode(q, k_cache, v_cache, meta, scale)
+
+    def _prefill(self, q, k_cache, v_cache, meta, scale):
+        out = torch.empty_like(q)
+        cu_q = meta.cu_seqlens_q.tolist()
+        for i, seqlen_k in enumerate(meta.context_lens.tolist()):
+            start, end = cu_q[i], cu_q[i + 1]
+            k = gather_kv(k_cache, meta.block_tables[i], seqlen_k)
+            v = gather_kv(v_cache, meta.block_tables[i], seqlen_k)
+            # Query j sits at absolute position seqlen_k - len_q + j and sees keys up to it.
+            q_pos = torch.arange(seqlen_k - (end - start), seqlen_k, device=q.device)
+            mask = q_pos[:, None] >= torch.arange(seqlen_k, device=q.device)[None, :]
+            o = _attend(q[start:end].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), mask, scale)
+            out[start:end] = o.transpose(0, 1)
+        return out
+
+    def _decode(self, q, k_cache, v_cache, meta, scale):
+        # >>> EXERCISE lab4.paged_decode: Attend each sequence's one query over its context_lens cached tokens.
+        # HINT: k_cache[block_tables] gathers every sequence's blocks: [batch, max_blocks, block_size, heads, dim].
+        # HINT: mask out positions >= context_lens (padding blocks, unused slots); _attend does GQA and softmax.
+        raise NotImplementedError("lab4.paged_decode")
+        # <<< EXERCISE lab4.paged_decode
+
+
+class TritonAttentionBackend:
+    """GPU backend: Triton KV store and paged decode; PyTorch's fused varlen flash attention for prefill.
+
+    Prefill over a cached prefix first gathers each sequence's whole context
+    out of the paged cache into one contiguous varlen batch. fp32 (which flash
+    attention does not take) falls back to the torch prefill, so fp32 runs can
+    be compared token for token with the oracle.
+    """
+
+    name = "triton"
+
+    def __init__(self):
+        from student_exercises.kernels.kv_store import store_kvcache_triton
+        from student_exercises.kernels.paged_decode import paged_decode_attention
+        self.store = store_kvcache_triton
+        self.decode = paged_decode_attention
+
+    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        self.store(k, v, k_cache, v_cache, meta.slot_mapping)
+        if not meta.is_prefill:
+            return self.decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale)
+        if q.dtype == torch.float32:
+            return TorchAttentionBackend()._prefill(q, k_cache, v_cache, meta, scale)
+        if meta.has_cached_prefix:
+            slots = context_slots(meta, k_cache.shape[1])
+            k = k_cache.flatten(0, 1)[slots]
+            v = v_cache.flatten(0, 1)[slots]
+        return flash_varlen(q, k, v, meta, scale)
+
+
+def context_slots(meta: AttentionMetadata, block_size: int) -> torch.Tensor:
+    """Cache slot of every context token of every sequence, in varlen (cu_seqlens_k) order."""
+    device = meta.context_lens.device
+    seq_index = torch.repeat_interleave(torch.arange(len(meta.context_lens), device=device), meta.context_lens,
+                                        output_size=meta.num_context_tokens)
+    position = torch.arange(meta.num_context_tokens, device=device) - meta.cu_seqlens_k[seq_index]
+    return meta.block_tables[seq_index, position // block_size] * block_size + position % block_size
+
+
+def flash_varlen(q, k, v, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """PyTorch's built-in FlashAttention-2 over variable-length sequences, causal.
+
+    With fewer queries than keys the causal mask is aligned to the end (query j
+    of n sees keys up to seqlen_k - n + j), which is what a chunk needs.
+    """
+    cu_k = meta.cu_seqlens_k if meta.has_cached_prefix else meta.cu_seqlens_q
+    max_k = meta.max_seqlen_k if meta.has_cached_prefix else meta.max_seqlen_q
+    out = torch.ops.aten._flash_attention_forward(
+        q, k, v, meta.cu_seqlens_q.int(), cu_k.int(), meta.max_seqlen_q, max_k, 0.0, True, False, scale=scale)
+    return out[0]
+
+
+class FlashAttnBackend:
+    """The flash-attn package: paged decode and prefill read the cache through the block table directly.
+
+    flash-attn's paged kernels need a KV block size that is a multiple of 256.
+    """
+
+    name = "flash-attn"
+
+    def __init__(self):
+        import flash_attn
+        from student_exercises.kernels.kv_store import store_kvcache_triton
+        self.flash_attn = flash_attn
+        self.store = store_kvcache_triton
+
+    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        self.store(k, v, k_cache, v_cache, meta.slot_mapping)
+        if not meta.is_prefill:
+            out = self.flash_attn.flash_attn_with_kvcache(
+                q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.context_lens.int(),
+                block_table=meta.block_tables.int(), softmax_scale=scale, causal=True)
+            return out.squeeze(1)
+        if meta.has_cached_prefix:
+            return self.flash_attn.flash_attn_varlen_func(
+                q, k_cache, v_cache, meta.cu_seqlens_q.int(), meta.cu_seqlens_k.int(), meta.max_seqlen_q,
+                meta.max_seqlen_k, softmax_scale=scale, causal=True, block_table=meta.block_tables.int())
+        return self.flash_attn.flash_attn_varlen_func(
+            q, k, v, meta.cu_seqlens_q.int(), meta.cu_seqlens_q.int(), meta.max_seqlen_q, meta.max_seqlen_q,
+            softmax_scale=scale, causal=True)
+
+
+def _importable(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except Exception:  # a broken CUDA extension raises more than ImportError
+        return False
+
+
+def make_backend(name: str, device: str, block_size: int):
+    """Resolve `attention_backend`. "auto": flash-attn, then triton, then torch on CUDA; torch on the CPU."""
+    if name == "auto":
+        if device != "cuda":
+            name = "torch"
+        elif _importable("flash_attn") and block_size % 256 == 0:
+            name = "flash-attn"
+        else:
+            name = "triton" if _importable("triton") else "torch"
+    if name == "torch":
+        return TorchAttentionBackend()
+    if device != "cuda":
+        raise ValueError(f"attention_backend={name!r} needs device='cuda' (got {device!r}); use 'torch'")
+    if name == "triton":
+        if not _importable("triton"):
+            raise ValueError("attention_backend='triton' but the triton package is not installed")
+        return TritonAttentionBackend()
+    if not _importable("flash_attn"):
+        raise ValueError("attention_backend='flash-attn' but the flash_attn package does not import "
+                         "(pip install inferlab[flash] on a CUDA machine)")
+    if block_size % 256 != 0:
+        raise ValueError(f"attention_backend='flash-attn' needs kvcache_block_size to be a multiple of 256, "
+                         f"got {block_size}")
+    return FlashAttnBackend()
