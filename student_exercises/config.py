@@ -37,6 +37,7 @@ class Config:
     attention_backend: str = "auto"
     lifecycle_log: str | None = None
     seed: int = 0
+    cpu_threads: int | None = None  # None: 1 for tiny models on the CPU, torch's default otherwise
     hf_config: dict = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -60,6 +61,8 @@ class Config:
             self._positive_int(name, allow_zero=(name == "seed"))
         if self.num_kvcache_blocks is not None:
             self._positive_int("num_kvcache_blocks")
+        if self.cpu_threads is not None:
+            self._positive_int("cpu_threads")
         model_limit = int(self.hf_config.get("max_position_embeddings", 4096))
         if self.max_model_len is None:
             self.max_model_len = min(model_limit, 4096)

@@ -97,6 +97,7 @@ def test_bad_request_mid_run_leaves_others_running(llm, tiny_model_dir):
     ("device", "tpu", ValueError), ("kvcache_block_size", 0, ValueError), ("max_num_seqs", "8", TypeError),
     ("attention_backend", "magic", ValueError), ("num_kvcache_blocks", -1, ValueError),
     ("max_model_len", 10**6, ValueError), ("gpu_memory_utilization", 1.5, ValueError),
+    ("cpu_threads", 0, ValueError),
 ])
 def test_bad_config_names_the_field(tiny_model_dir, field, value, error):
     with pytest.raises(error, match=field):
@@ -155,3 +156,14 @@ def test_top_k_keeps_k_best():
     logits = torch.tensor([0.1, 2.0, -1.0, 3.0, 0.5])
     kept = (filter_top_k_top_p(logits, 2, 1.0) > float("-inf")).tolist()
     assert kept == [False, True, False, True, False]
+
+
+def test_tiny_model_runs_single_threaded_on_cpu_unless_told(tiny_model_dir):
+    before = torch.get_num_threads()
+    try:
+        LLM(tiny_model_dir, device="cpu")
+        assert torch.get_num_threads() == 1
+        LLM(tiny_model_dir, device="cpu", cpu_threads=2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

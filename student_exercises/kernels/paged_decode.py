@@ -55,8 +55,12 @@ def _paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, cont
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                           block_n: int = 64, num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
-    """q: [batch, q_heads, head_dim]; caches: [num_blocks, page_size, kv_heads, head_dim]."""
+                           block_n: int = 128, num_warps: int = 4, num_stages: int = 2) -> torch.Tensor:
+    """q: [batch, q_heads, head_dim]; caches: [num_blocks, page_size, kv_heads, head_dim].
+
+    block_n 128 / 4 warps / 2 stages: the fastest of ten configurations swept on an
+    H100 at batch 256 (scripts/profile_decode.py; docs/performance.md).
+    """
     batch, q_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
     group = q_heads // kv_heads
