@@ -3,6 +3,7 @@
 Each mutant is one file, `bugzoo/<lab>/<name>.py`, holding data only:
 
     \"\"\"One line: the mistake, as a student would make it.\"\"\"
+    GPU = True        # optional: only a `gpu` test can catch it (CI without CUDA skips it, visibly)
     EDITS = {
         "lab2.deallocate": [("block.ref_count -= 1\\n", "")],
     }
@@ -38,6 +39,7 @@ class Mutant:
     description: str
     edits: dict[str, tuple[tuple[str, str], ...]]
     path: Path
+    gpu: bool = False
 
     @property
     def mutant_id(self) -> str:
@@ -89,17 +91,22 @@ def load_mutant(path: Path) -> Mutant:
     description = ast.get_docstring(tree)
     if not description or "\n" in description.strip():
         raise MutantError(f"{path}: needs a one-line docstring describing the mistake")
-    edits = None
+    edits, gpu = None, False
     for node in tree.body:
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["EDITS"]:
+        names = [getattr(t, "id", None) for t in node.targets] if isinstance(node, ast.Assign) else []
+        if names == ["EDITS"]:
             edits = _literal_edits(path, node.value)
+        elif names == ["GPU"]:
+            gpu = ast.literal_eval(node.value)
+            if not isinstance(gpu, bool):
+                raise MutantError(f"{path}: GPU must be True or False")
     if edits is None:
         raise MutantError(f"{path}: no EDITS = {{...}} assignment")
     lab = path.parent.name
     for region_id in edits:
         if not region_id.startswith(f"{lab}."):
             raise MutantError(f"{path}: a {lab} mutant may only edit {lab} regions, not {region_id}")
-    return Mutant(lab, path.stem, description.strip(), edits, path)
+    return Mutant(lab, path.stem, description.strip(), edits, path, gpu)
 
 
 def load_mutants(root: Path = ROOT, lab: str | None = None) -> list[Mutant]:

@@ -166,6 +166,45 @@ def write_package(files: Mapping[str, str], package_dir: Path) -> list[str]:
     return changed
 
 
+def write_tree(dest: Path, choose: BodyChoice | None = None, root: Path = ROOT) -> Path:
+    """A self-contained copy of the student package under `dest`, with the public tests.
+
+    Used for the trees CI tests (all stubbed, some labs filled, one mutant):
+    `dest/student_exercises/` is importable once `dest` is on sys.path.
+    """
+    import shutil
+    package_dir = dest / PACKAGE
+    write_package(generate(load_reference(root), choose), package_dir)
+    shutil.copytree(root / PACKAGE / TESTS_DIR, package_dir / TESTS_DIR, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def splice(package_dir: Path, bodies: Mapping[str, str], package: str = PACKAGE) -> list[str]:
+    """Replace the bodies of the regions named in `bodies` inside a generated package, in place.
+
+    This is how a filled-in copy is made from a student's tree (and how the
+    grader will put a student's regions into its own copy): regions are found
+    by id, whatever the line numbers. Returns the ids spliced; raises KeyError
+    for an id the package does not have.
+    """
+    done: list[str] = []
+    for path in sorted(package_dir.rglob("*.py")):
+        rel = path.relative_to(package_dir)
+        if rel.parts[0] == TESTS_DIR:
+            continue
+        source = parse_regions(path.read_text(encoding="utf-8"), str(path))
+        ids = [r.region_id for r in source.regions if r.region_id in bodies]
+        if ids:
+            text = render(source, lambda region: bodies.get(region.region_id))
+            path.write_text(rewrite_imports(text, package), encoding="utf-8")
+            done += ids
+    missing = sorted(set(bodies) - set(done))
+    if missing:
+        raise KeyError(f"no region(s) {', '.join(missing)} under {package_dir}")
+    return done
+
+
 def build(root: Path = ROOT) -> list[str]:
     """Regenerate `student_exercises/` with every region stubbed; returns the modules rewritten."""
     return write_package(generate(load_reference(root)), root / PACKAGE)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,9 @@ def pytest_command(tests_dir: Path, lab: str, results: Path, impl: str = "studen
 def run_suite(project: Path, lab: str, impl: str = "student", extra: Sequence[str] = (),
               env: dict[str, str] | None = None, timeout: float | None = None) -> SuiteRun:
     """Run `lab`'s public tests under `project` in a child process and read back every outcome."""
+    if env is None:
+        # Third-party pytest plugins are not loaded: they can slow a run down by seconds, or change it.
+        env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     with tempfile.TemporaryDirectory(prefix="inferlab-check-") as tmp:
         results = Path(tmp) / "results.json"
         started = time.perf_counter()
