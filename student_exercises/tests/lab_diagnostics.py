@@ -104,7 +104,8 @@ def assert_token_aligned(name: str, expected: list[int], actual: list[int],
     index = first_difference(expected, actual)
     if index is None:
         return
-    lines = [f"{name}: first wrong entry at flat index {index} (expected {len(expected)} entries, got {len(actual)})"]
+    counts = "" if len(expected) == len(actual) else f" (expected {len(expected)} entries, got {len(actual)})"
+    lines = [f"{name}: first wrong entry at flat index {index}{counts}"]
     for i in _window(index, max(len(expected), len(actual))):
         who = f"{owners[i][0]} position {owners[i][1]}" if i < len(owners) else "(no such token)"
         exp = expected[i] if i < len(expected) else "(nothing)"
