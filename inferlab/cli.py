@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", default=None, help="write the results as JSON here")
     bench.set_defaults(func=_cmd_bench)
+
+    from grading.cli import add_parsers as add_grading_parsers   # `inferlab golden ...`, `inferlab grade ...`
+    add_grading_parsers(sub)
     return parser
 
 

@@ -1,0 +1,19 @@
+"""InferLab's autograder: harness, sandboxed runner, golden outputs, judge, reports (DESIGN.md §4).
+
+The modules, in the order a grade is made:
+
+- `rubric`: what is graded, as data (assignments/labN_*/rubric.json);
+- `submission`: finding submissions and cutting the student's region bodies out of them;
+- `harness`: a temp copy of the instructor's engine with those bodies spliced in;
+- `spawn` (+ `zygote.py`): the graded processes, each in its own process group, killed at its deadline;
+- `child/`: what runs inside a graded process (fence, observation recorder);
+- `judge`: comparing observations with the golden outputs, in the grader, never importing student code;
+- `golden`: building and checking the golden outputs;
+- `items`, `throughput`, `report_check`: one rubric item to one result;
+- `runner`: a whole class, in parallel, resumable;
+- `report`: CSV, feedback, Gradescope JSON, summary, histogram;
+- `nbgrader_bridge`: nbgrader's scores merged into the same rows.
+
+Nothing in this package may be imported by a graded process: the sandbox refuses it.
+"""
+RESULT_FORMAT = 1

@@ -1,0 +1,180 @@
+"""The fence around graded code, installed inside the graded process before any student code runs.
+
+Copied into every harness as `_inferlab_sandbox.py`; standard library only (it
+must never import the `grading` package: that is where the golden outputs live).
+
+Two layers, both impossible to remove once in place:
+
+1. Landlock (`_inferlab_landlock`), where the kernel has it: reads only beneath
+   the Python installation, system folders, the harness and the model; writes
+   only beneath this item's scratch folder; no signals to the grader.
+2. A Python audit hook (PEP 578): refuses starting processes, signals, sockets,
+   ctypes, importing the instructor's packages (`reference`, `grading`,
+   `bugzoo`), reading the hidden roots (golden outputs, results, other
+   submissions, the instructor's sources), writing outside scratch, symlinks,
+   `chdir` out of the harness and scratch, and relative paths with `..` (which
+   could be resolved against a directory descriptor the hook cannot see).
+
+Every refusal raises PermissionError in the graded code and writes one line
+`INFERLAB-SANDBOX-DENIED <event> <detail>` to the process's stderr, which the
+grader reads to name the attempt in the student's result. Scoring never
+depends on that line: the verdict is computed elsewhere.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+ENV = "INFERLAB_SANDBOX"
+DENIED_TAG = "INFERLAB-SANDBOX-DENIED"
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+# Events refused outright once the sandbox is in place.
+_FORBIDDEN = frozenset({
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
+    "os.kill", "os.killpg", "signal.pthread_kill", "os.startfile", "pty.spawn",
+    "socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
+    "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function", "ctypes.cdata",
+    "ctypes.cdata/buffer", "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at",
+    "ctypes.PyObj_FromPtr", "ctypes.set_errno", "ctypes.set_exception",
+    "os.symlink", "os.link", "os.chroot", "resource.setrlimit", "resource.prlimit",
+    "sys._current_frames", "sys.remote_exec", "os.setxattr", "os.removexattr",
+    "winreg.OpenKey", "webbrowser.open", "urllib.Request", "http.client.connect", "ftplib.connect",
+    "smtplib.connect", "imaplib.open", "poplib.connect", "telnetlib.Telnet.open",
+})
+# Events whose first argument is a path that may only be changed inside scratch.
+_MUTATING = frozenset({"os.remove", "os.rmdir", "os.rename", "os.truncate", "os.chmod", "os.chown", "os.utime",
+                       "os.mkdir", "os.chflags", "os.lchflags", "os.mkfifo", "os.mknod", "shutil.rmtree",
+                       "shutil.move", "shutil.copyfile", "shutil.copytree", "shutil.chown", "shutil.make_archive",
+                       "shutil.unpack_archive"})
+_LISTING = frozenset({"os.listdir", "os.scandir", "glob.glob", "glob.glob/2", "os.walk", "os.fwalk"})
+
+
+class Policy:
+    """Which roots the graded process may read, write, or not even look at."""
+
+    def __init__(self, scratch: str, readable: list[str], hidden: list[str], modules: list[str]):
+        self.scratch = os.path.realpath(scratch)
+        self.readable = [os.path.realpath(p) for p in readable]
+        self.hidden = [os.path.realpath(p) for p in hidden]
+        self.modules = tuple(modules)
+
+    @classmethod
+    def from_env(cls) -> "Policy":
+        data = json.loads(os.environ.pop(ENV))
+        return cls(data["scratch"], data["readable"], data["hidden"], data["modules"])
+
+
+def _within(path: str, roots: list[str]) -> bool:
+    return any(path == root or path.startswith(root + os.sep) for root in roots)
+
+
+def read_allowed(policy: Policy, path) -> bool:
+    """The hook's read rule as a function, for wrappers around native file readers."""
+    try:
+        full = os.path.realpath(os.fsdecode(os.fspath(path)))
+    except TypeError:
+        return True
+    if _within(full, [policy.scratch]) or _within(full, policy.readable):
+        return True
+    return not _within(full, policy.hidden)
+
+
+def install(policy: Policy, landlock_read_roots: list[str] | None = None) -> dict:
+    """Fence this process. Returns what was put in place (recorded in the observations file)."""
+    summary: dict = {"audit_hook": True, "landlock": None}
+    if landlock_read_roots is not None:
+        try:
+            import _inferlab_landlock
+            summary["landlock"] = _inferlab_landlock.restrict(landlock_read_roots + policy.readable,
+                                                              [policy.scratch])
+        except OSError as err:
+            summary["landlock"] = {"error": str(err)}
+    _install_hook(policy)
+    return summary
+
+
+def _install_hook(policy: Policy) -> None:
+    # Bind everything the hook uses now: graded code may replace module attributes later.
+    realpath, join, fspath, getcwd = os.path.realpath, os.path.join, os.fspath, os.getcwd
+    write, isdir, pid = os.write, os.path.isdir, os.getpid()
+    fsdecode, sep, pardir = os.fsdecode, os.sep, os.pardir
+    scratch, readable, hidden, modules = policy.scratch, list(policy.readable), list(policy.hidden), policy.modules
+    in_scratch = [scratch]
+    forbidden, mutating, listing = _FORBIDDEN, _MUTATING, _LISTING
+    write_flags = _WRITE_FLAGS
+    proc_prefix = "/proc/"
+    own_proc = (f"/proc/{pid}", "/proc/self", "/proc/thread-self")
+
+    def deny(event: str, detail: str) -> None:
+        line = f"{DENIED_TAG} {event} {detail[:300]!r}\n".encode("utf-8", "replace")
+        try:
+            write(2, line)
+        except OSError:
+            pass
+        raise PermissionError(f"inferlab grader: {event} {detail[:200]} is not allowed while grading")
+
+    def resolve(event: str, path) -> str | None:
+        if isinstance(path, int) or path is None:
+            return None                                      # an open descriptor: checked when it was opened
+        text = fsdecode(fspath(path))
+        if not text.startswith(sep) and pardir in text.split(sep):
+            deny(event, text)                                # could be relative to a hidden directory's fd
+        return realpath(join(getcwd(), text))
+
+    def check_read(event: str, full: str) -> None:
+        if _within(full, in_scratch) or _within(full, readable):
+            return
+        if _within(full, hidden):
+            deny(event, full)
+        if full.startswith(proc_prefix):
+            rest = full[len(proc_prefix):].split(sep, 1)[0]
+            if rest.isdigit() and not full.startswith(own_proc):
+                deny(event, full)                              # another process's memory or environment
+
+    def check_write(event: str, full: str) -> None:
+        if _within(full, in_scratch) or full == "/dev/null":
+            return
+        deny(event, full)
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            full = resolve(event, path)
+            if full is None:
+                return
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & write_flags)
+            if writing:
+                check_write(event, full)
+            else:
+                check_read(event, full)
+                if isinstance(flags, int) and mode is None and isdir(full) and not (
+                        _within(full, in_scratch) or _within(full, readable)):
+                    deny(event, full + " (directory descriptor)")
+        elif event == "import":
+            name = args[0] if args else ""
+            if isinstance(name, str) and name.split(".", 1)[0] in modules:
+                deny(event, name)
+        elif event in forbidden:
+            deny(event, repr(args)[:200])
+        elif event == "os.chdir":
+            target = args[0] if args else None
+            full = resolve(event, target)
+            if full is not None and not (_within(full, in_scratch) or _within(full, readable)):
+                deny(event, full)
+        elif event in mutating:
+            for arg in args[:2]:
+                if isinstance(arg, (str, bytes)) or hasattr(arg, "__fspath__"):
+                    full = resolve(event, arg)
+                    if full is not None:
+                        check_write(event, full)
+        elif event in listing:
+            if args and (isinstance(args[0], (str, bytes)) or hasattr(args[0], "__fspath__")):
+                full = resolve(event, args[0])
+                if full is not None:
+                    check_read(event, full)
+
+    sys.addaudithook(hook)

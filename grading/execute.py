@@ -1,0 +1,172 @@
+"""Running hidden tests in a graded process and reading back what it observed (never what it concluded).
+
+Shared by `golden build` (on the reference harness) and `grade run` (on each
+student's harness), so golden outputs and student outputs are produced by the
+very same path.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grading.paths import PRIVATE_DIRS, PRIVATE_MODULES, ROOT
+from grading.spawn import ChildResult, ForkServer, FreshSpawner, base_env
+
+OBSERVATIONS = "observations.jsonl"
+MAX_OBSERVATION_BYTES = 32 << 20
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What graded processes may see: the model (read), and nothing of these hidden roots."""
+
+    model_dir: Path
+    hidden: tuple[str, ...]
+    landlock: bool = True
+
+    @classmethod
+    def for_run(cls, model_dir: Path, *extra_hidden: Path, landlock: bool = True) -> "Fence":
+        hidden = [str(ROOT / name) for name in PRIVATE_DIRS]
+        hidden += [str(Path(p).resolve()) for p in extra_hidden]
+        return cls(Path(model_dir).resolve(), tuple(dict.fromkeys(hidden)), landlock)
+
+
+def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
+    """A graded process's whole environment: offline, one thread, caches and temp files in scratch."""
+    for name in ("home", "tmp", "cache"):
+        (scratch / name).mkdir(parents=True, exist_ok=True)
+    env = base_env()
+    env.update({
+        "HOME": str(scratch / "home"),
+        "TMPDIR": str(scratch / "tmp"),
+        "XDG_CACHE_HOME": str(scratch / "cache"),
+        "HF_HOME": str(scratch / "cache" / "hf"),
+        "MPLCONFIGDIR": str(scratch / "cache" / "mpl"),
+        "TRITON_CACHE_DIR": str(scratch / "cache" / "triton"),
+        "INFERLAB_GRADING_MODEL": str(fence.model_dir),
+        "INFERLAB_OBSERVATIONS": str(scratch / OBSERVATIONS),
+        "INFERLAB_LANDLOCK": json.dumps(fence.landlock),
+        "INFERLAB_SANDBOX": json.dumps({"scratch": str(scratch), "readable": [str(harness), str(fence.model_dir)],
+                                        "hidden": list(fence.hidden), "modules": list(PRIVATE_MODULES)}),
+    })
+    return env
+
+
+def pytest_argv(harness: Path, scratch: Path, select: list[str] | tuple[str, ...]) -> list[str]:
+    """The arguments after `python -I -B -m pytest`: our ini, our rootdir, no cache, no capture."""
+    # Hidden tests never assert, so no assertion rewriting; unraisableexception's gc.collect() at exit
+    # costs a quarter of a second with torch loaded and tells us nothing the observations do not.
+    return ["-c", str(harness / "pytest.ini"), "--rootdir", str(harness), "-p", "no:cacheprovider",
+            "-p", "no:unraisableexception", "-p", "no:threadexception", "--assert=plain",
+            "-q", "--capture=no", "--tb=short", "--no-header", "-rN", "--basetemp", str(scratch / "pytest"),
+            *select]
+
+
+@dataclass
+class Observed:
+    """One graded process's run: the observations it wrote, and how the process ended."""
+
+    child: ChildResult
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    sandbox: dict[str, Any] | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def read_observations(path: Path) -> tuple[dict[str, dict[str, Any]], list[str], dict | None, list[str]]:
+    """Parse an observations file defensively: it was written by untrusted code.
+
+    Returns (records by test id, test ids in order, sandbox summary, problems).
+    Malformed lines are skipped and named; a test reported twice keeps neither
+    report (so a forged second line cannot replace a failing first one).
+    """
+    records: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    problems: list[str] = []
+    sandbox = None
+    twice: set[str] = set()
+    if not path.is_file():
+        return records, order, sandbox, problems
+    size = path.stat().st_size
+    if size > MAX_OBSERVATION_BYTES:
+        problems.append(f"observations file is {size} bytes (limit {MAX_OBSERVATION_BYTES}): only the start is read")
+    with open(path, "rb") as handle:
+        data = handle.read(MAX_OBSERVATION_BYTES)
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            problems.append(f"observations line {number} is not JSON")
+            continue
+        if not isinstance(record, dict):
+            problems.append(f"observations line {number} is not an object")
+            continue
+        if "sandbox" in record and "test" not in record:
+            sandbox = record["sandbox"] if sandbox is None else sandbox
+            continue
+        test = record.get("test")
+        if not isinstance(test, str) or not isinstance(record.get("obs"), list):
+            problems.append(f"observations line {number} has no test id or observation list")
+            continue
+        if test in records or test in twice:
+            twice.add(test)
+            records.pop(test, None)
+            problems.append(f"test {test} was reported more than once: neither report counts")
+            continue
+        records[test] = record
+        order.append(test)
+    return records, [t for t in order if t in records], sandbox, problems
+
+
+class Runner:
+    """Starts graded processes for one worker: a fork server (default) or fresh interpreters."""
+
+    def __init__(self, workdir: Path, spawn: str = "fork"):
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir
+        self.spawn = spawn
+        self._server = None
+
+    def _spawner(self):
+        if self.spawn == "fresh":
+            return FreshSpawner(self.workdir)
+        if self._server is None or not self._server.alive():
+            self._server = ForkServer(self.workdir)
+        return self._server
+
+    def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False):
+        return self._spawner().start(mode, argv, cwd, env, with_stdin)
+
+    def observe(self, harness: Path, scratch: Path, select, deadline_s: float, fence: Fence) -> Observed:
+        """Run the selected hidden tests in one graded process and read back its observations."""
+        import time
+        if scratch.exists():
+            shutil.rmtree(scratch)
+        scratch.mkdir(parents=True)
+        child = self.start("pytest", pytest_argv(harness, scratch, select), harness, child_env(fence, harness, scratch))
+        result = child.wait(time.monotonic() + deadline_s)
+        records, order, sandbox, problems = read_observations(scratch / OBSERVATIONS)
+        return Observed(result, records, order, sandbox, problems)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+
+def clear(path: Path) -> None:
+    """Remove a scratch folder, including anything a graded process made read-only."""
+    def unlock(func, target, _exc):
+        try:
+            os.chmod(target, 0o700)
+            func(target)
+        except OSError:
+            pass
+    if path.exists():
+        shutil.rmtree(path, onerror=unlock)

@@ -1,0 +1,172 @@
+"""Golden outputs: what the reference observes on each lab's hidden tests, stored under grading/golden/.
+
+    inferlab golden build [--lab labN]     run the hidden tests on the reference harness, write labN.json
+    inferlab golden check [--lab labN]     rebuild in a temp folder and compare; non-zero when stale
+
+The reference runs through exactly the path a submission takes (harness,
+fence, graded process, observation file), so a golden output is what a
+correct submission produces, and the fence is proven not to get in the way of
+correct code. A lab's file holds, per rubric item, the test ids the item
+expects, and per test its observations (logs without times, block tables
+after every step, scheduling decisions, greedy tokens, metrics).
+
+GPU items are built only where CUDA exists; without it they are left out,
+and the grader reports them `blocked`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from grading.execute import Fence, Runner
+from grading.harness import build_harness, source_fingerprint
+from grading.paths import golden_path
+from grading.rubric import Rubric, load_rubric
+from inferlab.exercises import load_reference
+
+FORMAT = 1
+
+
+class GoldenError(RuntimeError):
+    """The reference does not produce clean observations: fix the hidden tests or the reference first."""
+
+
+def cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def model_dir() -> Path:
+    from inferlab.tiny_model import ensure_tiny_model
+    return ensure_tiny_model()
+
+
+def build_golden(lab: str, workdir: Path | None = None, spawn: str = "fork", rubric: Rubric | None = None,
+                 progress=None) -> dict[str, Any]:
+    """Run every observed item of the lab's rubric on the reference; return the golden data."""
+    rubric = rubric or load_rubric(lab)
+    tree = load_reference()
+    gpu = cuda_available()
+    with tempfile.TemporaryDirectory(prefix=f"golden-{lab}-", dir=workdir) as tmp:
+        root = Path(tmp)
+        harness = build_harness(root / "harness", lab, tree)
+        fence = Fence.for_run(model_dir(), root)
+        runner = Runner(root / "run", spawn)
+        items: dict[str, list[str]] = {}
+        tests: dict[str, list] = {}
+        try:
+            for item in rubric.items:
+                if not item.observed or (item.gpu and not gpu):
+                    continue
+                if progress:
+                    progress(f"{lab}: {item.id}")
+                run = runner.observe(harness, root / "scratch" / item.id, list(item.select), item.deadline_s, fence)
+                problems = list(run.problems)
+                if run.child.timed_out:
+                    problems.append(f"timed out after {item.deadline_s} s")
+                if not run.order:
+                    problems.append("no test reported anything")
+                for test in run.order:
+                    record = run.records[test]
+                    if not record.get("complete"):
+                        problems.append(f"{test} did not finish: {(record.get('error') or '')[-1500:]}")
+                    if test in tests and tests[test] != record["obs"]:
+                        problems.append(f"{test} observed differently in two items")
+                if problems:
+                    raise GoldenError(f"{lab} item {item.id}: the reference does not pass cleanly:\n  "
+                                      + "\n  ".join(problems) + f"\noutput:\n{run.child.output.text()[-3000:]}")
+                items[item.id] = list(run.order)
+                for test in run.order:
+                    tests[test] = run.records[test]["obs"]
+        finally:
+            runner.close()
+    return {"format": FORMAT, "lab": lab, "fingerprint": source_fingerprint(lab, tree, selections(rubric)),
+            "cuda": gpu, "items": items, "tests": tests}
+
+
+def selections(rubric: Rubric) -> bytes:
+    """The part of a rubric the golden outputs depend on: which tests each observed item runs (not points)."""
+    return json.dumps([[i.id, i.kind, list(i.select), i.gpu] for i in rubric.items if i.observed]).encode()
+
+
+def dumps(data: dict[str, Any]) -> str:
+    """Compact JSON with one test per line: small files, readable diffs."""
+    head = {k: v for k, v in data.items() if k not in ("items", "tests")}
+    lines = ["{"]
+    lines += [f"{json.dumps(k)}: {json.dumps(v)}," for k, v in sorted(head.items())]
+    lines.append('"items": {')
+    items = sorted(data["items"].items())
+    lines += [f"  {json.dumps(k)}: {json.dumps(v)}{',' if i < len(items) - 1 else ''}" for i, (k, v) in
+              enumerate(items)]
+    lines.append("},")
+    lines.append('"tests": {')
+    tests = sorted(data["tests"].items())
+    lines += [f"  {json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}{',' if i < len(tests) - 1 else ''}"
+              for i, (k, v) in enumerate(tests)]
+    lines.append("}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def write_golden(lab: str, data: dict[str, Any], path: Path | None = None) -> Path:
+    path = path or golden_path(lab)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = dumps(data)
+    assert json.loads(text) == data, "golden serialisation is not lossless"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def load_golden(lab: str, path: Path | None = None) -> dict[str, Any]:
+    path = path or golden_path(lab)
+    if not path.is_file():
+        raise FileNotFoundError(f"no golden outputs for {lab} ({path}); run `inferlab golden build --lab {lab}`")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if data.get("format") != FORMAT or data.get("lab") != lab:
+        raise ValueError(f"{path} is not {lab}'s golden file in format {FORMAT}")
+    return data
+
+
+def golden_sha256(lab: str) -> str:
+    path = golden_path(lab)
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+
+def compare_golden(stored: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
+    """Differences between stored golden data and a fresh build (empty: the stored data is current).
+
+    The fingerprint is compared too, so a change to the engine, hidden tests or
+    rubric selections that happens not to change any output is still reported,
+    asking for a rebuild that makes the file match its sources.
+    """
+    lab = fresh["lab"]
+    problems = []
+    if stored.get("fingerprint") != fresh["fingerprint"]:
+        problems.append(f"{lab}: the engine, hidden tests or rubric selections changed since the golden outputs "
+                        "were built")
+    if stored.get("cuda") != fresh["cuda"]:
+        problems.append(f"{lab}: built {'with' if stored.get('cuda') else 'without'} CUDA, checked "
+                        f"{'with' if fresh['cuda'] else 'without'}: GPU items are compared only where both had it")
+    stored_items, stored_tests = stored.get("items", {}), stored.get("tests", {})
+    for item in sorted(set(stored_items) | set(fresh["items"])):
+        if stored_items.get(item) != fresh["items"].get(item):
+            problems.append(f"{lab}: item {item} expects different tests now")
+    for test in sorted(set(stored_tests) | set(fresh["tests"])):
+        if stored_tests.get(test) != fresh["tests"].get(test):
+            problems.append(f"{lab}: {test} observes something different now")
+    return problems
+
+
+def check_golden(lab: str, workdir: Path | None = None, spawn: str = "fork", path: Path | None = None) -> list[str]:
+    """Why the stored golden outputs of `lab` are stale (empty when they are current).
+
+    Rebuilds them, the only honest test, unless the stored file cannot even be read.
+    """
+    try:
+        stored = load_golden(lab, path)
+    except (FileNotFoundError, ValueError, json.JSONDecodeError) as err:
+        return [str(err)]
+    return compare_golden(stored, build_golden(lab, workdir, spawn))

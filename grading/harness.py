@@ -1,0 +1,105 @@
+"""The harness: a temp copy of the instructor's engine with one student's lab regions spliced in.
+
+    <harness>/
+        student_exercises/      generated from reference/: the student's bodies for the lab's regions
+                                (by id), the reference bodies everywhere else
+        hidden/<lab>/           the lab's hidden tests (observation only)
+        conftest.py             ours: fence, then record observations
+        _inferlab_*.py          the fence, the recorder, the hidden tests' drivers, the throughput runner
+        pytest.ini              ours
+
+Nothing from the submission is copied but region bodies, so a student's
+conftest.py, sitecustomize.py or edits outside the regions never run. The
+package is named `student_exercises` (not `reference`) so that no installed
+copy of the instructor's package can shadow it. `digest()` fingerprints the
+tree, so the grader can tell when a graded process changed it.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from grading.paths import CHILD, HIDDEN
+from inferlab.exercises import PACKAGE, ReferenceTree, generate, write_package
+from inferlab.regions import stub_body
+
+CHILD_FILES = {
+    "conftest.py": "conftest.py",
+    "boot.py": "_inferlab_boot.py",
+    "sandbox.py": "_inferlab_sandbox.py",
+    "landlock.py": "_inferlab_landlock.py",
+    "observe.py": "_inferlab_observe.py",
+    "throughput.py": "_inferlab_throughput.py",
+}
+SUPPORT = ("support.py", "_inferlab_support.py")
+PYTEST_INI = """[pytest]
+# Written by the InferLab grader. The graded process reads only this file.
+pythonpath = .
+testpaths = hidden
+python_files = test_*.py
+console_output_style = classic
+filterwarnings = ignore
+markers =
+    gpu: needs a CUDA device
+    slow: takes more than a few seconds on a 2-core CPU
+"""
+
+
+def hidden_tests(lab: str) -> list[Path]:
+    return sorted((HIDDEN / lab).glob("*.py"))
+
+
+def build_harness(dest: Path, lab: str, tree: ReferenceTree, bodies: Mapping[str, str] | None = None) -> Path:
+    """Write a harness for `lab` into `dest` (created; must not exist).
+
+    `bodies` maps region id -> body to splice; a lab region missing from it
+    gets the stub (a region the student did not write fails, visibly). With
+    `bodies=None` every region keeps its reference body: the golden harness.
+    """
+    dest.mkdir(parents=True)
+    if bodies is None:
+        choose = None
+    else:
+        foreign = [rid for rid in bodies if not rid.startswith(f"{lab}.")]
+        if foreign:
+            raise ValueError(f"only {lab} regions may be spliced into a {lab} harness, not {foreign}")
+        given = dict(bodies)
+
+        def choose(region):
+            if region.lab != lab:
+                return None
+            return given.get(region.region_id, stub_body(region))
+    write_package(generate(tree, choose or (lambda region: None)), dest / PACKAGE)
+    for source, name in CHILD_FILES.items():
+        shutil.copyfile(CHILD / source, dest / name)
+    shutil.copyfile(HIDDEN / SUPPORT[0], dest / SUPPORT[1])
+    tests = dest / "hidden" / lab
+    tests.mkdir(parents=True)
+    for path in hidden_tests(lab):
+        shutil.copyfile(path, tests / path.name)
+    (dest / "pytest.ini").write_text(PYTEST_INI, encoding="utf-8")
+    return dest
+
+
+def digest(root: Path) -> str:
+    """sha256 over every file's path and bytes (caches excluded): equal digests, unchanged harness."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if "__pycache__" in path.parts or not path.is_file():
+            continue
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def source_fingerprint(lab: str, tree: ReferenceTree, extra: bytes = b"") -> str:
+    """What the golden outputs of `lab` depend on: the engine, the hidden tests, the harness files."""
+    h = hashlib.sha256()
+    for relpath in sorted(tree.texts):
+        h.update(relpath.encode() + b"\0" + tree.texts[relpath].encode())
+    for path in [*hidden_tests(lab), HIDDEN / SUPPORT[0], *(CHILD / name for name in sorted(CHILD_FILES))]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    h.update(PYTEST_INI.encode() + extra)
+    return h.hexdigest()

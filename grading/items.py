@@ -1,0 +1,128 @@
+"""One rubric item of one submission, start to verdict.
+
+Order of precedence, so the same work always gets the same status:
+1. parent not passed   -> failed ("not run"), like xv6's parent tests;
+2. GPU item, no CUDA   -> blocked (its points are neither earned nor lost here);
+3. throughput item whose lab's correctness items did not all pass -> failed ("not scored");
+4. otherwise run it: observed kinds in a graded process judged against the
+   golden outputs, throughput against the reference, reports by reading files.
+
+Anything the graded process did that deserves a TA's attention becomes a flag
+on the item: sandbox refusals, a deadline kill, exiting before reporting,
+huge output, forged or duplicated reports, a modified harness.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grading.execute import Fence, Observed, Runner, clear
+from grading.harness import digest
+from grading.judge import judge_item
+from grading.report_check import check_report
+from grading.results import ItemResult
+from grading.rubric import Item, Rubric
+from grading.throughput import run_throughput
+
+OUTPUT_FLAG_BYTES = 1 << 20
+
+
+@dataclass
+class ItemContext:
+    """Everything an item needs about one submission's grading."""
+
+    rubric: Rubric
+    golden: dict[str, Any]
+    harness: Path
+    harness_digest: str
+    reference_harness: Path | None
+    submission_dir: Path
+    scratch_root: Path
+    fence: Fence
+    runner: Runner
+    cuda: bool
+    rebuild_harness: Any = None            # callable returning a fresh harness path if this one was modified
+    deadline_cap_s: float | None = None
+    done: dict[str, ItemResult] = field(default_factory=dict)
+
+    def deadline(self, item: Item) -> float:
+        return min(item.deadline_s, self.deadline_cap_s or item.deadline_s)
+
+
+def _skip(item: Item, status: str, message: str) -> ItemResult:
+    return ItemResult(item.id, item.title, item.kind, item.points, 0, status, message)
+
+
+def observed_flags(run: Observed, expected: list[str], deadline_s: float) -> list[str]:
+    flags = [f"sandbox refused: {d}" for d in run.child.output.denials]
+    if run.child.timed_out:
+        flags.append(f"killed at the {deadline_s:.0f} s deadline")
+    missing = [t for t in expected if t not in run.records]
+    if missing and not run.child.timed_out:
+        flags.append(f"the graded process exited (status {run.child.status}) before reporting "
+                     f"{len(missing)} of {len(expected)} test(s)")
+    if run.child.output.total > OUTPUT_FLAG_BYTES:
+        flags.append(f"printed {run.child.output.total / 1e6:.1f} MB (only the first and last 16 KB kept)")
+    unexpected = sorted(set(run.records) - set(expected))
+    if unexpected:
+        flags.append(f"reported {len(unexpected)} test id(s) the item does not run (ignored): {unexpected[0]}")
+    flags += run.problems
+    return flags
+
+
+def run_observed(item: Item, ctx: ItemContext) -> ItemResult:
+    expected = ctx.golden["items"].get(item.id)
+    if expected is None:
+        return _skip(item, "error", "no golden outputs for this item: run `inferlab golden build`")
+    scratch = ctx.scratch_root / item.id
+    deadline_s = ctx.deadline(item)
+    run = ctx.runner.observe(ctx.harness, scratch, list(item.select), deadline_s, ctx.fence)
+    clear(scratch)
+    verdict = judge_item(item.kind, expected, ctx.golden["tests"], run.records)
+    flags = observed_flags(run, expected, deadline_s)
+    if digest(ctx.harness) != ctx.harness_digest:
+        flags.append("the harness was modified while this item ran (rebuilt for the next item)")
+        if ctx.rebuild_harness is not None:
+            ctx.harness, ctx.harness_digest = ctx.rebuild_harness()
+    if verdict.passed:
+        status = "passed"
+    elif run.child.timed_out:
+        status = "timeout"
+    elif run.child.status is None:
+        status = "error"
+    else:
+        status = "failed"
+    message = verdict.message
+    if status == "timeout":
+        message = f"killed after {deadline_s:.0f} s; " + message
+    details: list[str] = []
+    for failure in verdict.failures[:3]:
+        details.append(f"{failure.test}:")
+        details += [f"    {line}" for line in failure.explanation]
+    if len(verdict.failures) > 3:
+        details.append(f"... and {len(verdict.failures) - 3} more failing test(s)")
+    return ItemResult(item.id, item.title, item.kind, item.points, item.points if verdict.passed else 0, status,
+                      message, details=details, flags=flags,
+                      tests={"expected": verdict.tests_expected, "passed": verdict.tests_passed},
+                      wall_s=round(run.child.wall_s, 3), output_tail=run.child.output.text()[-2000:],
+                      measurements={"sandbox": run.sandbox})
+
+
+def grade_item(item: Item, ctx: ItemContext) -> ItemResult:
+    if item.parent is not None and ctx.done[item.parent].status != "passed":
+        return _skip(item, "failed", f"not run: its parent item '{item.parent}' did not pass")
+    if item.gpu and not ctx.cuda:
+        return _skip(item, "blocked", "needs a CUDA GPU; none on this grading machine")
+    if item.kind == "throughput":
+        gating = [i for i in ctx.rubric.correctness_items if not (i.gpu and not ctx.cuda)]
+        failing = [i.id for i in gating if ctx.done[i.id].status != "passed"]
+        if failing:
+            return _skip(item, "failed", f"not scored: correctness item(s) {', '.join(failing)} did not pass")
+        if ctx.reference_harness is None:
+            return _skip(item, "error", "no reference harness to compare with")
+        return run_throughput(item, ctx.runner, ctx.harness, ctx.reference_harness, ctx.scratch_root / item.id,
+                              ctx.fence, ctx.deadline(item))
+    if item.kind == "report":
+        return check_report(ctx.submission_dir, item)
+    return run_observed(item, ctx)

@@ -1,0 +1,196 @@
+"""`inferlab grade report --results DIR`: everything a TA hands out, made from the result files alone.
+
+Writes, under DIR/report/ (or --out):
+    grades.csv                      one row per student: score, blocked points, each item's points, flags
+    feedback/<student>.md           what passed, what failed, and the first difference with context
+    gradescope/<student>/results.json   Gradescope's autograder results format
+    histogram.png                   the score distribution
+and prints a Rich summary table. The result files are the only input, so a
+report can be rebuilt at any time (e.g. after merging nbgrader scores)
+without grading anything again.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from grading.results import read_result, write_json_atomic
+
+STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "magenta", "error": "bold red", "blocked": "yellow"}
+STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR", "blocked": "GPU"}
+CSV_FIXED = ["student_id", "lab", "score", "max_score", "gradable_points", "blocked_points"]
+
+
+@dataclass
+class ReportPaths:
+    out: Path
+    csv: Path
+    feedback: Path
+    gradescope: Path
+    histogram: Path
+
+
+def load_results(results_dir: Path) -> list[dict[str, Any]]:
+    """Every finished result in the folder, sorted by student id (half-written or foreign files are skipped)."""
+    results = [r for r in (read_result(p) for p in sorted(results_dir.glob("*.json"))) if r is not None]
+    return sorted(results, key=lambda r: r["student_id"])
+
+
+def item_ids(results: list[dict[str, Any]]) -> list[str]:
+    ids: list[str] = []
+    for result in results:
+        for item in result["items"]:
+            if item["id"] not in ids:
+                ids.append(item["id"])
+    return ids
+
+
+def summary_table(results: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("student", overflow="fold")
+    table.add_column("score", justify="right")
+    ids = item_ids(results)
+    for item_id in ids:
+        table.add_column(item_id, justify="center")
+    table.add_column("flags", justify="right")
+    for result in sorted(results, key=lambda r: r["student_id"]):
+        cells = {item["id"]: item for item in result["items"]}
+        row = [escape(result["student_id"]), f"{result['score']}/{result['max_score']}"]
+        for item_id in ids:
+            item = cells.get(item_id)
+            if item is None:
+                row.append("")
+                continue
+            style = STATUS_STYLE.get(item["status"], "red")
+            row.append(f"[{style}]{STATUS_MARK.get(item['status'], item['status'])}[/{style}]")
+        row.append(str(len(result["flags"])) if result["flags"] else "")
+        table.add_row(*row)
+    return table
+
+
+def csv_rows(results: list[dict[str, Any]], notebook: dict[str, dict[str, float]] | None = None
+             ) -> tuple[list[str], list[dict[str, Any]]]:
+    """Header and rows of grades.csv; nbgrader's scores (if merged) become two more columns of the same rows."""
+    ids = item_ids(results)
+    header = CSV_FIXED + [f"item:{i}" for i in ids] + ["flags"]
+    if notebook:
+        header += ["nbgrader_score", "nbgrader_max_score"]
+    rows = []
+    for result in results:
+        row: dict[str, Any] = {k: result[k] for k in CSV_FIXED}
+        scores = {item["id"]: item for item in result["items"]}
+        for item_id in ids:
+            item = scores.get(item_id)
+            row[f"item:{item_id}"] = "" if item is None else item["score"]
+        row["flags"] = len(result["flags"])
+        if notebook:
+            nb = notebook.get(result["student_id"])
+            row["nbgrader_score"] = "" if nb is None else nb["score"]
+            row["nbgrader_max_score"] = "" if nb is None else nb["max_score"]
+        rows.append(row)
+    return header, rows
+
+
+def write_csv(results: list[dict[str, Any]], path: Path,
+              notebook: dict[str, dict[str, float]] | None = None) -> Path:
+    header, rows = csv_rows(results, notebook)
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def feedback_markdown(result: dict[str, Any]) -> str:
+    """Per-student feedback: the score, each item, and for each failed item the first difference."""
+    lines = [f"# {result['lab']} feedback: {result['student_id']}", "",
+             f"**Score: {result['score']} / {result['max_score']}**"]
+    if result["blocked_points"]:
+        lines.append(f"({result['blocked_points']} points of GPU items could not be graded on this machine "
+                     "and are neither earned nor lost here.)")
+    lines += ["", "| item | points | result | summary |", "| --- | --- | --- | --- |"]
+    for item in result["items"]:
+        summary = item["message"].replace("|", "\\|")
+        lines.append(f"| {item['title']} | {item['score']}/{item['points']} | {item['status']} | {summary} |")
+    failed = [item for item in result["items"] if item["status"] not in ("passed", "blocked")]
+    if failed:
+        lines += ["", "## What to look at", ""]
+        for item in failed:
+            lines.append(f"### {item['title']} ({item['score']}/{item['points']}, {item['status']})")
+            lines += ["", item["message"], ""]
+            if item["details"]:
+                lines += ["```", *item["details"], "```", ""]
+    lines += ["", "## Your exercise regions", "", "| region | status | note |", "| --- | --- | --- |"]
+    for region in result["regions"]:
+        lines.append(f"| `{region['region_id']}` | {region['status']} | {region['message']} |")
+    if result["notes"] or result["flags"]:
+        lines += ["", "## Notes from the grader", ""]
+        lines += [f"- {note}" for note in result["notes"]]
+        lines += [f"- flagged for review: {flag}" for flag in result["flags"]]
+    lines += ["", "Only code inside the exercise regions is graded; the grader copies those bodies into its own "
+              "copy of the engine and compares what it does with the reference, step by step.", ""]
+    return "\n".join(lines)
+
+
+def gradescope_results(result: dict[str, Any]) -> dict[str, Any]:
+    """Gradescope's autograder `results.json` for one student (statuses other than passed count as failed)."""
+    tests = []
+    for number, item in enumerate(result["items"], start=1):
+        body = item["message"]
+        if item["details"]:
+            body += "\n\n" + "\n".join(item["details"])
+        tests.append({"name": item["title"], "number": str(number), "score": float(item["score"]),
+                      "max_score": float(item["points"]), "status": "passed" if item["status"] == "passed" else "failed",
+                      "output": body, "tags": [item["kind"], item["status"]], "visibility": "visible"})
+    output = f"{result['lab']}: {result['score']}/{result['max_score']}"
+    if result["blocked_points"]:
+        output += f" ({result['blocked_points']} GPU points not graded here)"
+    return {"score": float(result["score"]), "output": output, "visibility": "visible",
+            "stdout_visibility": "hidden", "tests": tests,
+            "extra_data": {"lab": result["lab"], "student_id": result["student_id"],
+                           "submission_sha256": result["submission_sha256"]}}
+
+
+def histogram(results: list[dict[str, Any]], path: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    scores = [r["score"] for r in results]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.hist(scores, bins=range(0, 102, 5), color="#4477aa", edgecolor="white")
+    lab = results[0]["lab"] if results else ""
+    ax.set_title(f"{lab} scores (n={len(scores)})")
+    ax.set_xlabel("score")
+    ax.set_ylabel("students")
+    ax.set_xlim(0, 101)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def make_reports(results_dir: Path, out: Path | None = None, console: Console | None = None) -> ReportPaths:
+    results = load_results(results_dir)
+    if not results:
+        raise FileNotFoundError(f"no finished results (*.json) in {results_dir}")
+    out = out or results_dir / "report"
+    paths = ReportPaths(out, out / "grades.csv", out / "feedback", out / "gradescope", out / "histogram.png")
+    paths.feedback.mkdir(parents=True, exist_ok=True)
+    paths.gradescope.mkdir(parents=True, exist_ok=True)
+    from grading.nbgrader_bridge import load_nbgrader_scores
+    write_csv(results, paths.csv, load_nbgrader_scores(results_dir))
+    for result in results:
+        sid = result["student_id"]
+        (paths.feedback / f"{sid}.md").write_text(feedback_markdown(result), encoding="utf-8")
+        write_json_atomic(paths.gradescope / sid / "results.json", gradescope_results(result))
+    histogram(results, paths.histogram)
+    if console is not None:
+        console.print(summary_table(results, f"{results[0]['lab']}: {len(results)} result(s)"))
+    return paths

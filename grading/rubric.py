@@ -1,0 +1,163 @@
+"""Rubrics as data: `assignments/labN_*/rubric.json`, one per lab.
+
+A rubric lists items; each item is worth a whole number of points, and the
+points of a lab add up to 100. An item is all-or-nothing, so the same work
+always gets the same score and a known-wrong solution loses exactly the items
+that catch it.
+
+Item fields:
+    id          unique within the lab
+    title       one line for tables and feedback
+    points      positive integer
+    kind        pytest | log | blocks | throughput | report
+    select      (pytest, log, blocks) pytest node ids or files under the harness's hidden/ folder
+    parent      id of an earlier item, or null: the item runs only if its parent passed (xv6's parent tests)
+    deadline_s  seconds the item's process may run before it is killed
+    gpu         true when the item needs CUDA (reported `blocked` without it)
+    + kind-specific fields: throughput (workload, rounds, min_ratio), report (files, headings, min_words)
+
+The kinds differ in what is compared and how a difference is explained, not
+in who decides: every verdict is computed by the grader (grading.judge).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grading.paths import rubric_path
+
+KINDS = ("pytest", "log", "blocks", "throughput", "report")
+OBSERVED_KINDS = ("pytest", "log", "blocks")
+TOTAL = 100
+MAX_DEADLINE_S = 600
+
+
+class RubricError(ValueError):
+    """A rubric file that is not valid; the message names the file and the item."""
+
+
+@dataclass(frozen=True)
+class Item:
+    id: str
+    title: str
+    points: int
+    kind: str
+    deadline_s: float
+    select: tuple[str, ...] = ()
+    parent: str | None = None
+    gpu: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def observed(self) -> bool:
+        """Judged by comparing observations with golden outputs (a pytest run in a graded process)."""
+        return self.kind in OBSERVED_KINDS
+
+
+@dataclass(frozen=True)
+class Rubric:
+    lab: str
+    title: str
+    items: tuple[Item, ...]
+    path: Path
+    due: str | None = None
+
+    def item(self, item_id: str) -> Item:
+        for item in self.items:
+            if item.id == item_id:
+                return item
+        raise KeyError(f"{self.lab} rubric has no item {item_id!r}")
+
+    @property
+    def total(self) -> int:
+        return sum(item.points for item in self.items)
+
+    @property
+    def correctness_items(self) -> list[Item]:
+        """What a throughput item is gated on: every item that checks behaviour."""
+        return [item for item in self.items if item.observed]
+
+
+_COMMON = {"id", "title", "points", "kind", "deadline_s", "select", "parent", "gpu", "description"}
+_EXTRA = {"pytest": set(), "log": set(), "blocks": set(), "throughput": {"workload", "rounds", "min_ratio"},
+          "report": {"files", "headings", "min_words"}}
+
+
+def _item(raw: dict[str, Any], where: str, seen: dict[str, Item]) -> Item:
+    if not isinstance(raw, dict):
+        raise RubricError(f"{where}: each item must be an object")
+    item_id = raw.get("id")
+    if not isinstance(item_id, str) or not item_id.replace("_", "").isalnum():
+        raise RubricError(f"{where}: item id must be a word (letters, digits, _), got {item_id!r}")
+    where = f"{where} item {item_id!r}"
+    if item_id in seen:
+        raise RubricError(f"{where}: duplicate id")
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise RubricError(f"{where}: kind must be one of {KINDS}, got {kind!r}")
+    unknown = set(raw) - _COMMON - _EXTRA[kind]
+    if unknown:
+        raise RubricError(f"{where}: unknown field(s) {sorted(unknown)} for kind {kind}")
+    points = raw.get("points")
+    if isinstance(points, bool) or not isinstance(points, int) or points <= 0:
+        raise RubricError(f"{where}: points must be a positive integer")
+    deadline = raw.get("deadline_s", 60)
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not 0 < deadline <= MAX_DEADLINE_S:
+        raise RubricError(f"{where}: deadline_s must be in (0, {MAX_DEADLINE_S}]")
+    select = raw.get("select", [])
+    if kind in OBSERVED_KINDS:
+        if not select or not all(isinstance(s, str) and s.startswith("hidden/") for s in select):
+            raise RubricError(f"{where}: select must list pytest node ids or files under hidden/")
+    elif select:
+        raise RubricError(f"{where}: only pytest, log and blocks items select tests")
+    parent = raw.get("parent")
+    if parent is not None and parent not in seen:
+        raise RubricError(f"{where}: parent {parent!r} must be an item listed before it")
+    gpu = raw.get("gpu", False)
+    if not isinstance(gpu, bool):
+        raise RubricError(f"{where}: gpu must be true or false")
+    options = {k: raw[k] for k in _EXTRA[kind] if k in raw}
+    if kind == "throughput":
+        if not isinstance(options.get("workload"), str):
+            raise RubricError(f"{where}: throughput items name a workload")
+        options.setdefault("rounds", 3)
+        options.setdefault("min_ratio", 0.5)
+    if kind == "report":
+        if not options.get("files"):
+            raise RubricError(f"{where}: report items list the files to check")
+        options.setdefault("headings", [])
+        options.setdefault("min_words", 0)
+    return Item(item_id, str(raw.get("title", item_id)), points, kind, float(deadline), tuple(select), parent,
+                gpu, options)
+
+
+def parse_rubric(data: dict[str, Any], path: Path) -> Rubric:
+    where = str(path)
+    if not isinstance(data, dict) or not isinstance(data.get("items"), list) or not data["items"]:
+        raise RubricError(f"{where}: a rubric is an object with a non-empty 'items' list")
+    lab = data.get("lab")
+    if not isinstance(lab, str) or not lab.startswith("lab"):
+        raise RubricError(f"{where}: 'lab' must name the lab, e.g. \"lab2\"")
+    seen: dict[str, Item] = {}
+    for raw in data["items"]:
+        item = _item(raw, where, seen)
+        seen[item.id] = item
+    rubric = Rubric(lab, str(data.get("title", lab)), tuple(seen.values()), path, data.get("due"))
+    if rubric.total != TOTAL:
+        raise RubricError(f"{where}: points add up to {rubric.total}, not {TOTAL}")
+    return rubric
+
+
+def load_rubric(lab: str, path: Path | None = None) -> Rubric:
+    """The lab's rubric, validated (RubricError says what is wrong and where)."""
+    path = path or rubric_path(lab)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise RubricError(f"{path}: not valid JSON ({err})") from err
+    rubric = parse_rubric(data, path)
+    if rubric.lab != lab:
+        raise RubricError(f"{path}: says lab {rubric.lab!r}, expected {lab!r}")
+    return rubric

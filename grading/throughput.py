@@ -1,0 +1,96 @@
+"""Throughput items: the student's engine against the reference, in the same run, alternating.
+
+Two graded processes run `_inferlab_throughput.py`, one on the student's
+harness and one on the reference harness, each fenced like any graded
+process. The grader sends both the same fresh random seed each round, in
+alternating order (S R, then R S, ...), times every run itself, and checks
+that both produced the same greedy tokens. The score uses the median of the
+per-round ratios reference_time / student_time, so a slow moment of the
+machine (another worker, the OS) affects one round, not the grade.
+
+Only pass/fail reaches the result's stable fields; the measured ratios go to
+`measurements`, which may differ from one grading to the next.
+"""
+from __future__ import annotations
+
+import secrets
+import statistics
+import time
+from pathlib import Path
+
+from grading.execute import Fence, Runner, child_env, clear
+from grading.results import ItemResult
+from grading.rubric import Item
+
+SCRIPT = "_inferlab_throughput.py"
+
+
+def _expect(child, prefix: str, deadline: float) -> str | None:
+    line = child.read_line(deadline)
+    while line is not None and not line.startswith(prefix):
+        line = child.read_line(deadline)
+    return line
+
+
+def run_throughput(item: Item, runner: Runner, student_harness: Path, reference_harness: Path, scratch: Path,
+                   fence: Fence, deadline_s: float) -> ItemResult:
+    """Time the lab's workload on both engines; passed when outputs agree and the median ratio is high enough."""
+    deadline = time.monotonic() + deadline_s
+    workload, rounds, min_ratio = item.options["workload"], int(item.options["rounds"]), item.options["min_ratio"]
+    children = {}
+    clear(scratch)
+    for name, harness in (("student", student_harness), ("reference", reference_harness)):
+        own = scratch / name
+        own.mkdir(parents=True)
+        children[name] = runner.start("script", [str(harness / SCRIPT), workload], harness,
+                                      child_env(fence, harness, own), with_stdin=True)
+    times: dict[str, list[float]] = {"student": [], "reference": []}
+    problem = ""
+    try:
+        for name, child in children.items():
+            if _expect(child, "READY", deadline) is None:
+                problem = f"the {name} engine did not get ready (crashed, or too slow for the {deadline_s:.0f} s limit)"
+                break
+        for r in range(rounds if not problem else 0):
+            seed = secrets.randbelow(1 << 30)
+            order = ("student", "reference") if r % 2 == 0 else ("reference", "student")
+            digests = {}
+            for name in order:
+                child = children[name]
+                started = time.monotonic()
+                child.send(f"RUN {seed}")
+                line = _expect(child, "DONE", deadline)
+                if line is None:
+                    problem = f"the {name} engine did not finish timed round {r + 1}"
+                    break
+                times[name].append(time.monotonic() - started)
+                digests[name] = line.split()[-1]
+            if problem:
+                break
+            if digests["student"] != digests["reference"]:
+                problem = f"on timed round {r + 1} your engine's tokens differ from the reference's"
+                break
+    finally:
+        for child in children.values():
+            try:
+                child.send("EXIT")
+            except OSError:
+                pass
+        results = {name: child.wait(min(deadline, time.monotonic() + 10)) for name, child in children.items()}
+    flags = [f"sandbox refused: {d}" for d in results["student"].output.denials]
+    timed_out = results["student"].timed_out and not problem
+    ratios = [ref / mine for ref, mine in zip(times["reference"], times["student"]) if mine > 0]
+    measurements = {"student_s": times["student"], "reference_s": times["reference"], "ratios": ratios}
+    if ratios and len(ratios) == rounds and not problem:
+        ratio = statistics.median(ratios)
+        measurements["median_ratio"] = ratio
+        passed = ratio >= min_ratio
+        message = (f"median throughput ratio at least {min_ratio} of the reference" if passed else
+                   f"median throughput ratio below {min_ratio} of the reference")
+    else:
+        passed = False
+        message = problem or "no complete timed rounds"
+    status = "passed" if passed else ("timeout" if timed_out else "failed")
+    return ItemResult(item.id, item.title, item.kind, item.points, item.points if passed else 0, status, message,
+                      flags=flags, wall_s=results["student"].wall_s,
+                      output_tail=results["student"].output.text()[-2000:], measurements=measurements)

@@ -1,0 +1,151 @@
+"""Fork server for graded processes: import torch and transformers once, fork one child per item.
+
+    python -I -B grading/zygote.py        (started by grading.spawn, one per worker)
+
+Why: a fresh `python -I -B -m pytest ...` spends ~5 s of a 2-core machine
+importing torch and transformers before the first test runs; a class of 40
+submissions times ~10 items would spend most of the grading time there. This
+process imports those third-party libraries (never `reference`, `grading`, or
+anything a student wrote, and it holds no golden data) and then forks. Each
+child is exactly what the fresh command would have been: the same interpreter
+flags (-I -B, inherited), a clean environment given per request, its own
+session and process group, resource limits, its own cwd, stdin, stdout and
+stderr, and `pytest.main(argv)` (or a script) as its whole life.
+
+It is run as a script, not `-m grading.zygote`, so that not even the
+`grading` package is imported into what the children inherit.
+
+Protocol, one JSON object per line. Requests on stdin:
+    {"id", "mode": "pytest" | "script", "argv", "cwd", "env", "stdout", "stdin", "fsize"}
+(`stdout`/`stdin` are FIFO paths made by the grader; `stdin` may be null.)
+Replies on stdout: {"id", "event": "started", "pid"} and {"id", "event": "exited", "status"},
+`status` being the exit code, or minus the signal number.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import signal
+import sys
+
+
+def preload() -> None:
+    import numpy  # noqa: F401
+    import pytest  # noqa: F401
+    import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401
+    import transformers
+    import xxhash  # noqa: F401
+    from transformers import AutoTokenizer  # noqa: F401
+    transformers.logging.set_verbosity_error()
+
+
+def child(request: dict) -> None:
+    """In the forked child: become the graded process. Never returns."""
+    code = 70
+    try:
+        os.setsid()
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)     # oversized writes fail with EFBIG instead of killing
+        limit = int(request.get("fsize") or 64 << 20)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        out = os.open(request["stdout"], os.O_WRONLY)
+        inp = os.open(request["stdin"], os.O_RDONLY) if request.get("stdin") else os.open(os.devnull, os.O_RDONLY)
+        os.dup2(inp, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.closerange(3, 65536)
+        sys.stdin = os.fdopen(0, "r", closefd=False)
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        if request["mode"] == "pytest":
+            import pytest
+            sys.argv = ["pytest", *request["argv"]]
+            code = int(pytest.main(request["argv"]))
+        else:
+            import runpy
+            sys.argv = list(request["argv"])
+            runpy.run_path(request["argv"][0], run_name="__main__")
+            code = 0
+    except SystemExit as done:
+        code = done.code if isinstance(done.code, int) else 1
+    except BaseException as err:  # noqa: BLE001 - report anything, then leave
+        try:
+            print(f"inferlab zygote: child failed: {err!r}", file=sys.stderr, flush=True)
+        except Exception:  # noqa: BLE001
+            pass
+        code = 71
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:  # noqa: BLE001
+            pass
+        os._exit(code)
+
+
+def reply(message: dict) -> None:
+    sys.__stdout__.write(json.dumps(message) + "\n")
+    sys.__stdout__.flush()
+
+
+def reap(children: dict[int, str]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        code = os.waitstatus_to_exitcode(status)
+        reply({"id": children.pop(pid, "?"), "event": "exited", "status": code})
+
+
+def main() -> int:
+    preload()
+    import gc
+    gc.collect()
+    gc.freeze()            # the preloaded heap is shared and never collected again: children start with little to scan
+    reply({"id": None, "event": "ready", "pid": os.getpid()})
+    children: dict[int, str] = {}
+    buffer = b""
+    while True:
+        ready, _, _ = select.select([0], [], [], 0.05)
+        reap(children)
+        if not ready:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break
+        buffer += chunk
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            if not line.strip():
+                continue
+            request = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                child(request)
+            children[pid] = request["id"]
+            reply({"id": request["id"], "event": "started", "pid": pid})
+    for pid in list(children):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    while children:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        children.pop(pid, None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""Attacks on the grader (DESIGN.md §4), each a fake lab 2 submission, graded in one batch with `-j 2`.
+
+Every attack must score 0 on the items it targets and be named in that
+student's result. The batch also holds the reference solution, which must
+still score 100 beside them (so the attacks fail because they are attacks,
+not because the batch is broken), and shows that a crash, an exit or a hang
+in one submission never stops the others.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from grading.child.landlock import abi_version
+from grading.fixtures import solved, stubs, with_bodies, write_submission
+from grading.paths import GOLDEN, ROOT
+from grading.runner import RunOptions, grade_run
+from inferlab.exercises import load_reference
+
+LAB = "lab2"
+CAP_S = 5.0
+ALL_ITEMS = {"allocation", "append", "prefix_cache", "reuse", "engine_blocks", "engine_log", "scale", "throughput"}
+
+PASS_EVERYTHING_CONFTEST = '''import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+    report.longrepr = None
+'''
+
+PATCH_COMPARISONS = '''import math
+import numpy.testing
+import torch.testing
+math.isclose = lambda *a, **k: True
+torch.testing.assert_close = lambda *a, **k: None
+numpy.testing.assert_allclose = lambda *a, **k: None
+numpy.testing.assert_array_equal = lambda *a, **k: None
+raise NotImplementedError("lab2.allocate")
+'''
+PATCH_AT_IMPORT = "\nimport math\nmath.isclose = lambda *a, **k: True\n"
+
+GOLDEN_FILE = str(GOLDEN / f"{LAB}.json")
+
+
+def _steal(readers: str) -> str:
+    """A region body that reads the golden file and forges a passing observations file from it."""
+    return f'''import json, os
+stolen = None
+for attempt in ({readers}):
+    try:
+        stolen = attempt()
+        break
+    except Exception:
+        pass
+if stolen:
+    data = json.loads(stolen)
+    with open(os.environ.get("INFERLAB_OBSERVATIONS", "observations.jsonl"), "a") as out:
+        for test, obs in data["tests"].items():
+            out.write(json.dumps({{"test": test, "obs": obs, "complete": True, "error": None}}) + "\\n")
+    os._exit(0)
+raise NotImplementedError("lab2.allocate")
+'''
+
+
+PYTHON_READERS = (f"lambda: open({GOLDEN_FILE!r}).read(), "
+                  f"lambda: __import__('pathlib').Path({GOLDEN_FILE!r}).read_text(), "
+                  "lambda: open(__import__('grading.paths').paths.GOLDEN / 'lab2.json').read(),")
+NATIVE_READERS = (f"lambda: bytes(__import__('torch').from_file({GOLDEN_FILE!r}, size=os.path.getsize({GOLDEN_FILE!r}), "
+                  "dtype=__import__('torch').uint8).tolist()).decode(), "
+                  f"lambda: __import__('numpy').fromfile({GOLDEN_FILE!r}, dtype='uint8').tobytes().decode(),")
+
+WRITE_EVERYWHERE = '''import pathlib
+here = pathlib.Path.cwd()
+targets = [here / "hidden" / "lab2" / "test_allocation.py", here / "_inferlab_observe.py", here / "conftest.py"]
+targets += [folder / "forged_result.json" for folder in here.parents]
+for target in targets:
+    try:
+        target.write_text('{"score": 100, "complete": true}')
+    except Exception:
+        pass
+raise NotImplementedError("lab2.allocate")
+'''
+
+HUGE_OUTPUT = '''import sys
+for _ in range(300):
+    sys.stdout.write("x" * 100_000 + "\\n")
+with open(__import__("tempfile").gettempdir() + "/big.bin", "wb") as out:   # scratch: allowed, but capped
+    try:
+        out.write(b"0" * (100 << 20))
+    except OSError:
+        pass
+raise NotImplementedError("lab2.allocate")
+'''
+
+# student -> (kind of body, bodies, extra files, items that must score 0, flag that must appear)
+ATTACKS = {
+    "att_conftest": ("stubs", {}, {"conftest.py": PASS_EVERYTHING_CONFTEST,
+                                   "student_exercises/conftest.py": PASS_EVERYTHING_CONFTEST},
+                     ALL_ITEMS, "conftest.py in a submission is ignored"),
+    "att_monkeypatch": ("stubs", {"lab2.allocate": PATCH_COMPARISONS,
+                                  "lab2.prefix_hits": PATCH_COMPARISONS.replace("allocate", "prefix_hits")},
+                        {}, ALL_ITEMS, "uses isclose, testing"),
+    "att_exit": ("stubs", {"lab2.allocate": "import os\nos._exit(0)\n"}, {}, ALL_ITEMS,
+                 "exited (status 0) before reporting"),
+    "att_sitecustomize": ("stubs", {}, {"sitecustomize.py": "raise SystemExit(0)\n",
+                                        "student_exercises/sitecustomize.py": "raise SystemExit(0)\n",
+                                        "student_exercises/evil.pth": "import os; os._exit(0)\n"},
+                          ALL_ITEMS, "sitecustomize.py in a submission is ignored"),
+    "att_loop": ("reference", {"lab2.can_append": "while True:\n    pass\n"}, {},
+                 {"allocation", "append", "engine_blocks", "engine_log", "scale", "throughput"}, "killed at the 5 s"),
+    "att_sleep": ("reference", {"lab2.may_append": "import time\ntime.sleep(3600)\n"}, {},
+                  {"allocation", "engine_blocks", "engine_log", "scale", "throughput"}, "killed at the 5 s"),
+    "att_golden": ("stubs", {"lab2.allocate": _steal(PYTHON_READERS)}, {}, ALL_ITEMS, "sandbox refused: open"),
+    "att_write": ("stubs", {"lab2.allocate": WRITE_EVERYWHERE}, {}, ALL_ITEMS, "sandbox refused: open"),
+    "att_output": ("stubs", {"lab2.allocate": HUGE_OUTPUT}, {}, ALL_ITEMS, "MB (only the first and last"),
+}
+
+
+def write_attacks(root: Path, names, tree) -> None:
+    for student in names:
+        base, bodies, files, _, _ = ATTACKS[student]
+        fill = stubs(LAB) if base == "stubs" else solved(LAB)
+        patch = with_bodies(bodies, tree)
+        write_submission(root, student, LAB, tree, lambda r, f=fill, p=patch, b=bodies: p(r) if r.region_id in b else f(r),
+                         files)
+    # an edit outside the regions, which must never run
+    path = root / "att_monkeypatch" / LAB / "student_exercises" / "engine" / "block_manager.py"
+    if path.exists():
+        path.write_text(path.read_text() + PATCH_AT_IMPORT)
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    work = tmp_path_factory.mktemp("attacks")
+    tree = load_reference()
+    write_attacks(work / "submitted", ATTACKS, tree)
+    write_submission(work / "submitted", "ref_student", LAB, tree, solved(LAB))
+    out = work / "results"
+    summary = grade_run(RunOptions(LAB, work / "submitted", out, jobs=2, deadline_cap_s=CAP_S), show_progress=False)
+    return {"work": work, "out": out, "summary": summary, "tree": tree}
+
+
+def result(out: Path, student: str) -> dict:
+    return json.loads((out / f"{student}.json").read_text())
+
+
+@pytest.mark.parametrize("student", sorted(ATTACKS))
+def test_attack_scores_nothing_on_its_targets_and_is_flagged(batch, student):
+    res = result(batch["out"], student)
+    _, _, _, targets, flag = ATTACKS[student]
+    items = {i["id"]: i for i in res["items"]}
+    raised = {i for i in targets if items[i]["score"] or items[i]["status"] == "passed"}
+    assert not raised, f"{student} scored on {raised}"
+    assert res["score"] <= sum(i["points"] for i in items.values() if i["id"] not in targets)
+    assert any(flag in f for f in res["flags"]), f"{student}: no flag containing {flag!r} in {res['flags']}"
+
+
+def test_the_reference_beside_the_attacks_scores_100(batch):
+    res = result(batch["out"], "ref_student")
+    assert res["score"] == 100, [(i["id"], i["status"], i["message"]) for i in res["items"]]
+
+
+def test_hangs_and_exits_never_stop_the_batch(batch):
+    assert sorted(batch["summary"].graded) == sorted([*ATTACKS, "ref_student"])
+    loop = {i["id"]: i["status"] for i in result(batch["out"], "att_loop")["items"]}
+    assert loop["allocation"] == "timeout" and loop["scale"] == "timeout"
+
+
+def test_nothing_was_written_outside_scratch(batch):
+    work = batch["work"]
+    assert not list(work.rglob("forged_result.json")) and not (ROOT / "forged_result.json").exists()
+    assert not list(Path(work).rglob("big.bin"))        # scratch is removed after each item
+
+
+def test_the_golden_file_is_untouched_by_the_forgery_attempts():
+    data = json.loads((GOLDEN / f"{LAB}.json").read_text())
+    assert data["lab"] == LAB and data["tests"]
+
+
+@pytest.mark.skipif(abi_version() == 0, reason="the kernel has no Landlock: native readers are fenced only by wrappers")
+def test_native_file_readers_cannot_read_the_golden_outputs(tmp_path):
+    """torch.from_file and numpy.fromfile bypass Python's open: Landlock and the reader wrappers must stop them."""
+    tree = load_reference()
+    ATTACKS["att_native"] = ("stubs", {"lab2.allocate": _steal(NATIVE_READERS)}, {}, ALL_ITEMS, "")
+    try:
+        write_attacks(tmp_path / "submitted", ["att_native"], tree)
+    finally:
+        del ATTACKS["att_native"]
+    for landlock in (True, False):
+        out = tmp_path / f"results-{landlock}"
+        grade_run(RunOptions(LAB, tmp_path / "submitted", out, jobs=1, deadline_cap_s=CAP_S, landlock=landlock),
+                  show_progress=False)
+        res = result(out, "att_native")
+        assert res["score"] == 0, (landlock, res["flags"])
+        assert any("from_file" in f or "fromfile" in f for f in res["flags"]), res["flags"]
+
+
+def test_without_landlock_the_audit_hook_alone_stops_python_level_attacks(tmp_path):
+    tree = load_reference()
+    write_attacks(tmp_path / "submitted", ["att_golden", "att_write"], tree)
+    out = tmp_path / "results"
+    grade_run(RunOptions(LAB, tmp_path / "submitted", out, jobs=2, deadline_cap_s=CAP_S, landlock=False),
+              show_progress=False)
+    for student in ("att_golden", "att_write"):
+        res = result(out, student)
+        assert res["score"] == 0 and any("sandbox refused" in f for f in res["flags"]), res["flags"]
+        assert res["environment"]["sandbox"]["landlock"] is None
+
+
+def test_an_interrupted_run_resumes(tmp_path):
+    """Kill the grader (SIGKILL, no cleanup) after its first result; the rerun grades only what is left."""
+    tree = load_reference()
+    submitted = tmp_path / "submitted"
+    for i in range(3):
+        write_submission(submitted, f"s{i}", LAB, tree, stubs(LAB))
+    out = tmp_path / "results"
+    command = [sys.executable, "-m", "inferlab.cli", "grade", "run", "--lab", LAB, "--submissions", str(submitted),
+               "--out", str(out), "-j", "1"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(out.glob("s*.json")):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    first = sorted(p.stem for p in out.glob("s*.json"))
+    assert 1 <= len(first) < 3, first
+    summary = grade_run(RunOptions(LAB, submitted, out, jobs=1), show_progress=False)
+    assert sorted(summary.skipped) == first
+    assert sorted(summary.graded) == sorted({"s0", "s1", "s2"} - set(first))
+    assert all(result(out, f"s{i}")["score"] == 0 for i in range(3))

@@ -1,0 +1,132 @@
+"""Rubrics name only hidden tests that exist; golden outputs are current, and stale ones are caught.
+
+The hidden tests are collected by pytest itself on a reference harness (the
+route a grading run takes), independently of the golden files, and each
+rubric's selections are checked against that collection.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+
+import pytest
+
+from grading.execute import Fence, Runner, child_env, pytest_argv
+from grading.golden import build_golden, compare_golden, load_golden, selections, write_golden
+from grading.harness import build_harness, source_fingerprint
+from grading.judge import judge_item
+from grading.paths import ASSIGNMENTS, GOLDEN
+from grading.rubric import load_rubric
+from inferlab.exercises import load_reference
+from inferlab.release import make_release
+from inferlab.tiny_model import ensure_tiny_model
+
+LABS = sorted({p.parent.name.split("_", 1)[0] for p in ASSIGNMENTS.glob("lab*_*/rubric.json")})
+OBSERVED_LABS = [lab for lab in LABS if any(i.observed for i in load_rubric(lab).items)]
+
+
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+    """lab -> every hidden test id pytest collects on that lab's reference harness."""
+    work = tmp_path_factory.mktemp("collect")
+    tree = load_reference()
+    fence = Fence.for_run(ensure_tiny_model(), work)
+    runner = Runner(work / "run")
+    found = {}
+    try:
+        for lab in OBSERVED_LABS:
+            harness = build_harness(work / lab, lab, tree)
+            scratch = work / f"scratch-{lab}"
+            scratch.mkdir()
+            argv = pytest_argv(harness, scratch, [f"hidden/{lab}"]) + ["--collect-only"]
+            child = runner.start("pytest", argv, harness, child_env(fence, harness, scratch))
+            output = child.wait(time.monotonic() + 120).output.text()
+            found[lab] = set(re.findall(r"^(hidden/\S+::\S+)$", output, re.M))
+            assert found[lab], output[-2000:]
+    finally:
+        runner.close()
+    return found
+
+
+@pytest.mark.parametrize("lab", OBSERVED_LABS)
+def test_rubric_selects_only_tests_that_exist(collected, lab):
+    for item in load_rubric(lab).items:
+        for select in item.select:
+            matches = [t for t in collected[lab] if t == select or t.startswith(select + "::")
+                       or t.startswith(select + "[")]
+            assert matches, f"{lab} item {item.id}: {select} selects no hidden test"
+
+
+@pytest.mark.parametrize("lab", OBSERVED_LABS)
+def test_every_hidden_test_is_graded_by_some_item(collected, lab):
+    golden = load_golden(lab)
+    graded = {t for tests in golden["items"].values() for t in tests}
+    assert graded == collected[lab], sorted(collected[lab] ^ graded)
+
+
+@pytest.mark.parametrize("lab", OBSERVED_LABS)
+def test_golden_fingerprints_are_current(lab):
+    """Cheap staleness check for every lab: the sources the golden outputs were built from are unchanged."""
+    golden = load_golden(lab)
+    rubric = load_rubric(lab)
+    assert golden["fingerprint"] == source_fingerprint(lab, load_reference(), selections(rubric)), (
+        f"golden outputs of {lab} are stale: run `inferlab golden build --lab {lab}`")
+
+
+@pytest.fixture(scope="module")
+def fresh_lab2(tmp_path_factory):
+    return build_golden("lab2", tmp_path_factory.mktemp("golden"))
+
+
+def test_lab2_golden_outputs_match_a_fresh_build(fresh_lab2):
+    assert compare_golden(load_golden("lab2"), fresh_lab2) == []
+
+
+def test_a_stale_golden_file_is_reported(fresh_lab2, tmp_path):
+    stale = json.loads(json.dumps(fresh_lab2))
+    test = sorted(stale["tests"])[0]
+    stale["tests"][test][0][1] = "something else"
+    stale["fingerprint"] = "0" * 64
+    problems = compare_golden(stale, fresh_lab2)
+    assert any(test in p for p in problems) and any("changed since" in p for p in problems)
+    path = write_golden("lab2", stale, tmp_path / "lab2.json")
+    assert load_golden("lab2", path)["tests"][test][0][1] == "something else"
+
+
+def test_golden_check_command_fails_on_an_unreadable_file(tmp_path, monkeypatch):
+    from grading import golden
+    from inferlab.cli import main
+    broken = tmp_path / "lab2.json"
+    broken.write_text("{ not json")
+    monkeypatch.setattr(golden, "golden_path", lambda lab: broken)
+    assert main(["golden", "check", "--lab", "lab2"]) == 1
+
+
+def test_golden_files_are_small():
+    for path in GOLDEN.glob("*.json"):
+        assert path.stat().st_size < 256_000, f"{path.name} is {path.stat().st_size} bytes"
+
+
+def test_fresh_interpreter_spawn_gives_the_same_verdict(tmp_path):
+    """`--spawn fresh` runs the literal `python -I -B -m pytest ...`; its observations pass the same judge."""
+    tree = load_reference()
+    harness = build_harness(tmp_path / "harness", "lab2", tree)
+    runner = Runner(tmp_path / "run", spawn="fresh")
+    item = load_rubric("lab2").item("append")
+    run = runner.observe(harness, tmp_path / "scratch", list(item.select), 120,
+                         Fence.for_run(ensure_tiny_model(), tmp_path))
+    golden = load_golden("lab2")
+    verdict = judge_item(item.kind, golden["items"][item.id], golden["tests"], run.records)
+    assert verdict.passed, (verdict.message, run.child.output.text()[-2000:])
+    assert run.sandbox and run.sandbox["audit_hook"]
+
+
+def test_hidden_tests_and_golden_outputs_never_reach_a_student_release(tmp_path):
+    out = make_release("lab2", tmp_path / "release")
+    names = [p.relative_to(out).as_posix() for p in out.rglob("*")]
+    assert not [n for n in names if "grading" in n or "golden" in n or "hidden" in n or "rubric" in n], names
+    texts = "".join(p.read_text(errors="replace") for p in out.rglob("*.py"))
+    assert "test_scale_200_requests_tight_pool" not in texts
+    shutil.rmtree(out)

@@ -1,0 +1,78 @@
+"""Labs 1 and 3 graded end to end (reference, stubs, every bug-zoo mutant), and lab 5's report-only rubric.
+
+Lab 2's test module checks, against an independent oracle, that a mutant
+loses exactly the items that catch it; here the same grader must give the
+reference 100 and the stubs 0, catch every mutant in at least one
+correctness item, and keep its arithmetic: the score is the sum of the
+passed items, and a throughput item is never scored beside a failed
+correctness item.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grading.fixtures import solved, stubs, write_submission
+from grading.rubric import load_rubric
+from grading.runner import RunOptions, grade_run
+from inferlab.bugzoo import load_mutants
+from inferlab.exercises import load_reference
+
+LABS = ("lab1", "lab3")
+
+
+@pytest.fixture(scope="module", params=LABS)
+def graded(request, tmp_path_factory):
+    lab = request.param
+    work = tmp_path_factory.mktemp(f"{lab}_grading")
+    tree = load_reference()
+    write_submission(work / "submitted", "ref_student", lab, tree, solved(lab))
+    write_submission(work / "submitted", "stub_student", lab, tree, stubs(lab))
+    mutants = load_mutants(lab=lab)
+    for mutant in mutants:
+        write_submission(work / "submitted", f"mut_{mutant.name}", lab, tree, mutant.choice(tree))
+    grade_run(RunOptions(lab, work / "submitted", work / "results", jobs=2), show_progress=False)
+    results = {p.stem: json.loads(p.read_text()) for p in (work / "results").glob("*.json")}
+    return lab, results, mutants
+
+
+def _why(res):
+    return [(i["id"], i["status"], i["message"], i["details"][:4]) for i in res["items"] if i["status"] != "passed"]
+
+
+def test_reference_scores_100_and_stubs_0(graded):
+    lab, results, _ = graded
+    assert results["ref_student"]["score"] == 100, _why(results["ref_student"])
+    assert results["stub_student"]["score"] == 0
+    assert {r["status"] for r in results["stub_student"]["regions"]} == {"not attempted"}
+
+
+def test_every_mutant_is_caught_and_the_arithmetic_holds(graded):
+    lab, results, mutants = graded
+    rubric = load_rubric(lab)
+    correctness = {i.id for i in rubric.correctness_items}
+    for mutant in mutants:
+        res = results[f"mut_{mutant.name}"]
+        lost = {i["id"] for i in res["items"] if i["status"] != "passed"}
+        assert lost & correctness, f"{lab} mutant {mutant.name} is not caught"
+        assert {i["status"] for i in res["items"]} <= {"passed", "failed"}, _why(res)
+        assert res["score"] == sum(i["points"] for i in res["items"] if i["status"] == "passed")
+        assert all(i["status"] == "failed" for i in res["items"] if i["kind"] == "throughput")
+
+
+def test_lab5_report_items(tmp_path):
+    """A complete report earns every report item; an empty folder none (no graded process involved)."""
+    done = tmp_path / "submitted" / "ann" / "lab5"
+    (done / "results").mkdir(parents=True)
+    (done / "figures").mkdir()
+    sections = "\n\n".join(f"## {h}\n\n" + "measured words " * 130 for h in
+                           ("Setup", "Method", "Results", "Analysis", "Limitations"))
+    (done / "report.md").write_text(f"# Report\n\n{sections}\n")
+    (done / "results" / "runs.csv").write_text("batch,tok_s\n1,10\n")
+    (done / "figures" / "tput.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (tmp_path / "submitted" / "ben" / "lab5").mkdir(parents=True)
+    summary = grade_run(RunOptions("lab5", tmp_path / "submitted", tmp_path / "results"), show_progress=False)
+    assert summary.results["ann"]["score"] == 100, summary.results["ann"]["items"]
+    assert summary.results["ben"]["score"] == 0
+    assert any("no section headed 'Setup'" in line for i in summary.results["ben"]["items"] for line in i["details"])

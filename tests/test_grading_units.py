@@ -1,0 +1,247 @@
+"""Unit tests of the grader's pieces that need no graded process: rubrics, judge, extraction, output, reports.
+
+Expected values here are written out by hand from the rules in each module's
+docstring, never computed with the code under test.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from grading.execute import read_observations
+from grading.judge import explain_log, judge_item, judge_test, same
+from grading.paths import ASSIGNMENTS, SCHEMAS
+from grading.report import csv_rows, feedback_markdown, gradescope_results, write_csv
+from grading.rubric import RubricError, load_rubric, parse_rubric
+from grading.spawn import KEEP_BYTES, Output
+from grading.submission import extract, ignored_files
+from inferlab.exercises import PACKAGE, generate, load_reference, write_package
+from inferlab.regions import stub_body
+
+RUBRICS = sorted(ASSIGNMENTS.glob("lab*_*/rubric.json"))
+
+
+def schema(name: str) -> dict:
+    return json.loads((SCHEMAS / name).read_text())
+
+
+# -- rubrics ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", RUBRICS, ids=lambda p: p.parent.name)
+def test_every_rubric_is_valid_and_totals_100(path):
+    lab = path.parent.name.split("_", 1)[0]
+    rubric = load_rubric(lab, path)
+    assert sum(item.points for item in rubric.items) == 100
+    assert len({item.id for item in rubric.items}) == len(rubric.items)
+
+
+def test_the_labs_with_rubrics():
+    assert {p.parent.name.split("_", 1)[0] for p in RUBRICS} >= {"lab1", "lab2", "lab3"}
+
+
+def _rubric(items):
+    return {"lab": "lab9", "items": items}
+
+
+GOOD_ITEM = {"id": "a", "points": 100, "kind": "pytest", "select": ["hidden/lab9/test_x.py"]}
+
+
+@pytest.mark.parametrize("items, complaint", [
+    ([{**GOOD_ITEM, "points": 99}], "add up to 99"),
+    ([GOOD_ITEM, {**GOOD_ITEM}], "duplicate id"),
+    ([{**GOOD_ITEM, "kind": "magic"}], "kind must be one of"),
+    ([{**GOOD_ITEM, "parent": "zzz"}], "parent 'zzz'"),
+    ([{**GOOD_ITEM, "select": ["tests/test_x.py"]}], "under hidden/"),
+    ([{**GOOD_ITEM, "points": 0}], "positive integer"),
+    ([{**GOOD_ITEM, "deadline_s": 10_000}], "deadline_s"),
+    ([{**GOOD_ITEM, "colour": "red"}], "unknown field"),
+    ([{"id": "t", "points": 100, "kind": "throughput"}], "name a workload"),
+])
+def test_bad_rubrics_are_refused_with_a_reason(items, complaint):
+    with pytest.raises(RubricError, match=complaint):
+        parse_rubric(_rubric(items), Path("rubric.json"))
+
+
+# -- judge --------------------------------------------------------------------------------------
+
+def test_same_is_strict_about_kinds_and_lenient_only_on_floats():
+    assert same([1, 2], [1, 2]) and not same([1, 2], [2, 1])
+    assert not same(True, 1) and not same(1, True)
+    assert same(0.1 + 0.2, 0.3) and not same(0.3, 0.31)
+    assert not same({"a": 1}, {"a": 1, "b": 2})
+    assert not same("1", 1)
+
+
+def test_log_explanation_is_good_bad_missing():
+    expected = ["step=0 ARRIVED seq=0", "step=0 QUEUED seq=0", "step=0 SCHEDULED seq=0 n=3", "step=1 TOKEN seq=0"]
+    got = ["step=0 ARRIVED seq=0", "step=0 QUEUED seq=0", "step=0 SCHEDULED seq=0 n=4", "step=1 TOKEN seq=0"]
+    assert explain_log(expected, got) == [
+        "GOOD    step=0 ARRIVED seq=0",
+        "GOOD    step=0 QUEUED seq=0",
+        "BAD     step=0 SCHEDULED seq=0 n=4",
+        "MISSING step=0 SCHEDULED seq=0 n=3",
+        "        ... and 1 more expected event(s) after it",
+    ]
+
+
+def test_a_test_fails_when_missing_cut_short_or_different():
+    expected = [["a", 1], ["b", [1, 2]]]
+    assert judge_test("t", expected, None, "pytest").reason == "missing"
+    short = judge_test("t", expected, {"obs": [["a", 1]], "complete": False, "error": "E   NotImplementedError: lab2.x"},
+                       "pytest")
+    assert short.reason == "incomplete" and "NotImplementedError: lab2.x" in short.explanation[-1]
+    wrong = judge_test("t", expected, {"obs": [["a", 1], ["b", [1, 3]]], "complete": True}, "pytest")
+    assert wrong.reason == "differs" and any("b[1]: expected 2" in line for line in wrong.explanation)
+    not_finished = judge_test("t", expected, {"obs": expected, "complete": False, "error": None}, "pytest")
+    assert not not_finished.passed
+    assert judge_test("t", expected, {"obs": expected, "complete": True}, "pytest").passed
+
+
+def test_an_item_needs_every_expected_test():
+    golden = {"t1": [["x", 1]], "t2": [["x", 2]]}
+    good = {"t1": {"obs": [["x", 1]], "complete": True}, "t2": {"obs": [["x", 2]], "complete": True}}
+    assert judge_item("pytest", ["t1", "t2"], golden, good).passed
+    verdict = judge_item("pytest", ["t1", "t2"], golden, {"t1": good["t1"]})
+    assert not verdict.passed and verdict.tests_passed == 1
+    assert not judge_item("pytest", [], golden, good).passed
+
+
+def test_observation_files_are_read_defensively(tmp_path):
+    path = tmp_path / "obs.jsonl"
+    lines = [json.dumps({"sandbox": {"audit_hook": True}}), "not json", json.dumps([1, 2]),
+             json.dumps({"test": "t1", "obs": [], "complete": True}),
+             json.dumps({"test": "t2", "obs": [["k", 1]], "complete": True}),
+             json.dumps({"test": "t2", "obs": [["k", 2]], "complete": True}),
+             json.dumps({"test": "t3"})]
+    path.write_text("\n".join(lines) + "\n")
+    records, order, sandbox, problems = read_observations(path)
+    assert order == ["t1"] and set(records) == {"t1"}
+    assert sandbox == {"audit_hook": True}
+    assert len(problems) == 4      # not JSON, not an object, t2 twice, t3 without observations
+
+
+# -- output bounding ----------------------------------------------------------------------------
+
+def test_output_keeps_head_and_tail_and_finds_refusals():
+    out = Output()
+    out.feed(b"start\n")
+    out.feed(b"x" * (5 * KEEP_BYTES))
+    out.feed(b"\nINFERLAB-SANDBOX-DENIED open '/secret'\nend\n")
+    assert out.total == 6 + 5 * KEEP_BYTES + 44
+    text = out.text()
+    assert text.startswith("start") and text.rstrip().endswith("end") and "bytes not kept" in text
+    assert len(text) < 3 * KEEP_BYTES
+    assert out.denials == ["open '/secret'"]
+
+
+# -- extraction ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tree():
+    return load_reference()
+
+
+def _student_tree(tmp_path, tree, edit=None):
+    files = generate(tree, lambda region: stub_body(region) if region.lab == "lab2" else None)
+    if edit:
+        edit(files)
+    write_package(files, tmp_path / PACKAGE)
+    return tmp_path / PACKAGE
+
+
+def test_stubs_count_as_not_attempted(tmp_path, tree):
+    out = extract(_student_tree(tmp_path, tree), tree, "lab2")
+    assert out.bodies == {}
+    assert {r.status for r in out.regions} == {"not attempted"}
+    assert len(out.regions) == sum(1 for r in tree.regions if r.lab == "lab2")
+
+
+def test_a_region_is_found_by_id_reindented_and_checked(tmp_path, tree):
+    path = "engine/block_manager.py"
+
+    def edit(files):
+        text = files[path]
+        stub = '        raise NotImplementedError("lab2.can_append")\n'
+        # the student's body, indented by 12 instead of 8, plus a broken region and an edit outside regions
+        text = text.replace(stub, "            return True\n", 1)
+        text = text.replace('        raise NotImplementedError("lab2.may_append")\n', "        if (:\n", 1)
+        files[path] = text + "\nimport math\nmath.isclose = lambda *a, **k: True\n"
+
+    out = extract(_student_tree(tmp_path, tree, edit), tree, "lab2")
+    status = {r.region_id: r for r in out.regions}
+    assert status["lab2.can_append"].status == "attempted"
+    assert out.bodies["lab2.can_append"] == "        return True\n"
+    assert status["lab2.may_append"].status == "broken" and "does not compile" in status["lab2.may_append"].message
+    assert any("outside the exercise regions" in s for s in out.suspicious)
+
+
+def test_missing_file_and_missing_marker(tmp_path, tree):
+    def edit(files):
+        lines = files["engine/block_manager.py"].splitlines(keepends=True)
+        begin = next(i for i, line in enumerate(lines) if "# >>> EXERCISE lab2.deallocate" in line)
+        end = next(i for i, line in enumerate(lines) if "# <<< EXERCISE lab2.deallocate" in line)
+        files["engine/block_manager.py"] = "".join(lines[:begin] + ["        return 0\n"] + lines[end + 1:])
+    package = _student_tree(tmp_path, tree, edit)
+    out = extract(package, tree, "lab2")
+    assert {r.region_id: r.status for r in out.regions}["lab2.deallocate"] == "missing"
+    (package / "engine" / "block_manager.py").unlink()
+    out = extract(package, tree, "lab2")
+    assert {r.status for r in out.regions} == {"missing"}
+
+
+def test_damaged_markers_make_the_file_s_regions_broken(tmp_path, tree):
+    def edit(files):
+        files["engine/block_manager.py"] = files["engine/block_manager.py"].replace(
+            "# <<< EXERCISE lab2.deallocate", "# (end marker deleted)")
+    out = extract(_student_tree(tmp_path, tree, edit), tree, "lab2")
+    assert {r.status for r in out.regions if r.region_id != "lab2.request_metrics"} == {"broken"}
+
+
+def test_files_that_could_run_code_are_named():
+    notes = ignored_files({"conftest.py": "0" * 64, "student_exercises/sitecustomize.py": "0" * 64,
+                           "x.pth": "0" * 64, "report.md": "0" * 64})
+    assert len(notes) == 3 and not any("report.md" in n for n in notes)
+
+
+# -- reports ------------------------------------------------------------------------------------
+
+def _result(student: str, score: int, status: str = "passed") -> dict:
+    item = {"id": "alloc", "title": "Allocation", "kind": "pytest", "points": 100, "score": score, "status": status,
+            "message": "m", "details": ["GOOD    a", "BAD     b"], "flags": [], "tests": {"expected": 2, "passed": 1},
+            "wall_s": 1.0, "output_tail": "", "measurements": {}}
+    return {"format": 1, "complete": True, "lab": "lab2", "student_id": student, "score": score, "max_score": 100,
+            "gradable_points": 100, "blocked_points": 0, "items": [item],
+            "regions": [{"region_id": "lab2.allocate", "status": "attempted", "message": ""}], "flags": ["x"],
+            "notes": [], "files": {"a.py": "a" * 64}, "submission_sha256": "b" * 64, "rubric_sha256": "c" * 64,
+            "golden_sha256": "d" * 64, "environment": {"device": "cpu", "versions": {}, "spawn": "fork", "sandbox": None},
+            "timing": {"started": "", "finished": "", "wall_s": 1.0}}
+
+
+def test_schemas_are_valid_and_reject_what_they_should():
+    for name in ("result.schema.json", "gradescope.schema.json", "grades_csv.schema.json"):
+        jsonschema.Draft202012Validator.check_schema(schema(name))
+    validator = jsonschema.Draft202012Validator(schema("result.schema.json"))
+    assert not list(validator.iter_errors(_result("s", 100)))
+    broken = _result("s", 100)
+    broken["items"][0]["status"] = "maybe"
+    assert list(validator.iter_errors(broken))
+
+
+def test_csv_gradescope_and_feedback_from_results(tmp_path):
+    results = [_result("ann", 100), _result("ben", 0, "failed")]
+    path = write_csv(results, tmp_path / "grades.csv", {"ann": {"score": 3.0, "max_score": 3.0}})
+    rows = list(csv.DictReader(open(path, encoding="utf-8")))
+    assert [r["student_id"] for r in rows] == ["ann", "ben"]
+    assert rows[0]["item:alloc"] == "100" and rows[1]["item:alloc"] == "0"
+    assert rows[0]["nbgrader_score"] == "3.0" and rows[1]["nbgrader_score"] == ""
+    header, _ = csv_rows(results)
+    assert "nbgrader_score" not in header
+    gradescope = gradescope_results(results[1])
+    jsonschema.validate(gradescope, schema("gradescope.schema.json"))
+    assert gradescope["tests"][0]["status"] == "failed" and gradescope["score"] == 0.0
+    feedback = feedback_markdown(results[1])
+    assert "**Score: 0 / 100**" in feedback and "BAD     b" in feedback and "flagged for review: x" in feedback
