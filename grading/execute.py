@@ -6,9 +6,11 @@ very same path.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,8 +126,26 @@ def read_observations(path: Path) -> tuple[dict[str, dict[str, Any]], list[str],
     return records, [t for t in order if t in records], sandbox, problems
 
 
+_IDLE_SERVERS: list[ForkServer] = []
+_IDLE_LOCK = threading.Lock()
+
+
+def _close_idle_servers() -> None:
+    with _IDLE_LOCK:
+        while _IDLE_SERVERS:
+            _IDLE_SERVERS.pop().close()
+
+
+atexit.register(_close_idle_servers)
+
+
 class Runner:
-    """Starts graded processes for one worker: a fork server (default) or fresh interpreters."""
+    """Starts graded processes for one worker: a fork server (default) or fresh interpreters.
+
+    A fork server holds nothing of any run (it has imported third-party
+    libraries, nothing else), so a finished worker hands it back for the next
+    run in the same process instead of paying its start-up again.
+    """
 
     def __init__(self, workdir: Path, spawn: str = "fork"):
         workdir.mkdir(parents=True, exist_ok=True)
@@ -137,7 +157,15 @@ class Runner:
         if self.spawn == "fresh":
             return FreshSpawner(self.workdir)
         if self._server is None or not self._server.alive():
-            self._server = ForkServer(self.workdir)
+            with _IDLE_LOCK:
+                while _IDLE_SERVERS and self._server is None:
+                    candidate = _IDLE_SERVERS.pop()
+                    if candidate.alive():
+                        self._server = candidate
+                    else:
+                        candidate.close()
+            if self._server is None or not self._server.alive():
+                self._server = ForkServer()
         return self._server
 
     def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False):
@@ -156,7 +184,11 @@ class Runner:
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.close()
+            if self._server.alive():
+                with _IDLE_LOCK:
+                    _IDLE_SERVERS.append(self._server)
+            else:
+                self._server.close()
             self._server = None
 
 

@@ -16,6 +16,7 @@ tree, so the grader can tell when a graded process changed it.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import shutil
 from collections.abc import Mapping
@@ -98,7 +99,8 @@ def source_fingerprint(lab: str, tree: ReferenceTree, extra: bytes = b"") -> str
     """What the golden outputs of `lab` depend on: the engine, the hidden tests, the harness files."""
     h = hashlib.sha256()
     for relpath in sorted(tree.texts):
-        h.update(relpath.encode() + b"\0" + tree.texts[relpath].encode())
+        # The code, not its comments: editing a hint or a region's task line changes no output.
+        h.update(relpath.encode() + b"\0" + ast.dump(ast.parse(tree.texts[relpath])).encode())
     for path in [*hidden_tests(lab), HIDDEN / SUPPORT[0], *(CHILD / name for name in sorted(CHILD_FILES))]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     h.update(PYTEST_INI.encode() + extra)

@@ -28,38 +28,53 @@ ABS_TOL = 1e-9
 SHOW = 240
 
 
-def same(expected: Any, got: Any) -> bool:
-    """Structural equality; numbers must match in kind (bool is not int), floats within tolerance."""
+TOLERANCE_KEY = "__rtol__"
+
+
+def same(expected: Any, got: Any, rel_tol: float = REL_TOL) -> bool:
+    """Structural equality; numbers must match in kind (bool is not int), floats within tolerance.
+
+    A golden value {"__rtol__": r, "value": v} compares `v` with relative (and
+    absolute) tolerance r: the tolerance comes from the golden outputs, so the
+    graded process cannot loosen it by what it reports.
+    """
+    if isinstance(expected, dict) and TOLERANCE_KEY in expected:
+        tol = float(expected[TOLERANCE_KEY])
+        return (isinstance(got, dict) and set(got) == set(expected)
+                and same(expected["value"], got["value"], rel_tol=tol))
     if isinstance(expected, bool) or isinstance(got, bool):
         return type(expected) is type(got) and expected == got
     if isinstance(expected, float) or isinstance(got, float):
         numbers = (int, float)
         return (isinstance(expected, numbers) and isinstance(got, numbers)
-                and math.isclose(expected, got, rel_tol=REL_TOL, abs_tol=ABS_TOL))
+                and math.isclose(expected, got, rel_tol=rel_tol, abs_tol=max(ABS_TOL, rel_tol if rel_tol > REL_TOL
+                                                                             else ABS_TOL)))
     if type(expected) is not type(got):
         return False
     if isinstance(expected, list):
-        return len(expected) == len(got) and all(same(a, b) for a, b in zip(expected, got))
+        return len(expected) == len(got) and all(same(a, b, rel_tol) for a, b in zip(expected, got))
     if isinstance(expected, dict):
-        return expected.keys() == got.keys() and all(same(expected[k], got[k]) for k in expected)
+        return expected.keys() == got.keys() and all(same(expected[k], got[k], rel_tol) for k in expected)
     return expected == got
 
 
-def where_different(expected: Any, got: Any, path: str = "") -> tuple[str, Any, Any]:
+def where_different(expected: Any, got: Any, path: str = "", rel_tol: float = REL_TOL) -> tuple[str, Any, Any]:
     """The innermost path at which two values differ, with the values there."""
+    if isinstance(expected, dict) and TOLERANCE_KEY in expected and isinstance(got, dict) and "value" in got:
+        return where_different(expected["value"], got["value"], path, float(expected[TOLERANCE_KEY]))
     if isinstance(expected, dict) and isinstance(got, dict):
         for key in expected:
             if key not in got:
                 return f"{path}[{key!r}]", expected[key], "(missing)"
-            if not same(expected[key], got[key]):
-                return where_different(expected[key], got[key], f"{path}[{key!r}]")
+            if not same(expected[key], got[key], rel_tol):
+                return where_different(expected[key], got[key], f"{path}[{key!r}]", rel_tol)
         extra = [k for k in got if k not in expected]
         if extra:
             return f"{path}[{extra[0]!r}]", "(absent)", got[extra[0]]
     if isinstance(expected, list) and isinstance(got, list) and len(expected) == len(got):
         for i, (a, b) in enumerate(zip(expected, got)):
-            if not same(a, b):
-                return where_different(a, b, f"{path}[{i}]")
+            if not same(a, b, rel_tol):
+                return where_different(a, b, f"{path}[{i}]", rel_tol)
     return path, expected, got
 
 
@@ -116,6 +131,8 @@ def explain_log(expected: list[str], got: list[str]) -> list[str]:
 def explain_value(key: str, expected: Any, got: Any, kind: str) -> list[str]:
     if kind == "log" and key == "log" and isinstance(expected, list):
         return explain_log(expected, got)
+    if isinstance(got, dict) and set(got) == {"raised"} and not (isinstance(expected, dict) and "raised" in expected):
+        return [f"  {key}: expected {show(expected)}", f"  {' ' * len(key)}  but your code raised {got['raised']} here"]
     path, want, have = where_different(expected, got)
     lines = []
     if kind == "blocks" and key.startswith("step "):
@@ -134,6 +151,13 @@ def judge_test(test: str, expected: list[list[Any]], record: dict[str, Any] | No
         return TestVerdict(test, False, "missing", ["never reported: the process ended or was killed before this "
                                                     "test finished (or never collected it)"])
     got = record.get("obs") or []
+    if kind == "log":
+        # A log item is about the log: explain the log's first difference, even if something before it differs too.
+        want_log = next((value for key, value in expected if key == "log"), None)
+        got_log = next((pair[1] for pair in got if isinstance(pair, list) and len(pair) == 2 and pair[0] == "log"),
+                       None)
+        if want_log is not None and got_log is not None and not same(want_log, got_log):
+            return TestVerdict(test, False, "differs", explain_log(want_log, got_log))
     for index, pair in enumerate(expected):
         key, value = pair
         if index >= len(got):

@@ -108,7 +108,7 @@ def _drain(fd: int, output: Output, stop: threading.Event) -> None:
     import select
     try:
         while True:
-            ready, _, _ = select.select([fd], [], [], 0.05)
+            ready, _, _ = select.select([fd], [], [], 0.01)
             if not ready:
                 if stop.is_set():
                     return
@@ -197,8 +197,9 @@ class ForkServer:
 
     _ids = itertools.count()
 
-    def __init__(self, workdir: Path):
-        self.workdir = Path(tempfile.mkdtemp(prefix="fifo-", dir=workdir))
+    def __init__(self, workdir: Path | None = None):
+        # FIFOs live in a private temp folder (not the run's work folder) so one server can serve many runs.
+        self.workdir = Path(tempfile.mkdtemp(prefix="inferlab-fifo-"))
         self._lock = threading.Lock()
         self._waiters: dict[str, tuple[threading.Event, list]] = {}
         self._started: dict[str, threading.Event] = {}
@@ -262,6 +263,8 @@ class ForkServer:
             self.proc.wait(10)
         except (OSError, subprocess.TimeoutExpired):
             _kill_group(self.proc.pid)
+        import shutil
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 class FreshSpawner:

@@ -102,6 +102,18 @@ with open(__import__("tempfile").gettempdir() + "/big.bin", "wb") as out:   # sc
 raise NotImplementedError("lab2.allocate")
 '''
 
+HANG_IN_CAN_APPEND = '''if len(seq) > 40:
+    while True:
+        pass
+return len(seq.block_table) >= seq.num_blocks or self.num_free_blocks >= 1
+'''
+HANG_IN_MAY_APPEND = '''if len(seq) > 40:
+    import time
+    time.sleep(3600)
+if len(seq.block_table) < seq.num_blocks:
+    seq.block_table.append(self._take_free_block())
+'''
+
 # student -> (kind of body, bodies, extra files, items that must score 0, flag that must appear)
 ATTACKS = {
     "att_conftest": ("stubs", {}, {"conftest.py": PASS_EVERYTHING_CONFTEST,
@@ -116,13 +128,15 @@ ATTACKS = {
                                         "student_exercises/sitecustomize.py": "raise SystemExit(0)\n",
                                         "student_exercises/evil.pth": "import os; os._exit(0)\n"},
                           ALL_ITEMS, "sitecustomize.py in a submission is ignored"),
-    "att_loop": ("reference", {"lab2.can_append": "while True:\n    pass\n"}, {},
-                 {"allocation", "append", "engine_blocks", "engine_log", "scale", "throughput"}, "killed at the 5 s"),
-    "att_sleep": ("reference", {"lab2.may_append": "import time\ntime.sleep(3600)\n"}, {},
-                  {"allocation", "engine_blocks", "engine_log", "scale", "throughput"}, "killed at the 5 s"),
+    # Correct code, except that long sequences (only the scale test has them) hang: exactly those items are lost.
+    "att_loop": ("reference", {"lab2.can_append": HANG_IN_CAN_APPEND}, {},
+                 {"scale", "throughput"}, "killed at the 5 s"),
+    "att_sleep": ("reference", {"lab2.may_append": HANG_IN_MAY_APPEND},
+                  {}, {"scale", "throughput"}, "killed at the 5 s"),
     "att_golden": ("stubs", {"lab2.allocate": _steal(PYTHON_READERS)}, {}, ALL_ITEMS, "sandbox refused: open"),
     "att_write": ("stubs", {"lab2.allocate": WRITE_EVERYWHERE}, {}, ALL_ITEMS, "sandbox refused: open"),
     "att_output": ("stubs", {"lab2.allocate": HUGE_OUTPUT}, {}, ALL_ITEMS, "MB (only the first and last"),
+    "att_native": ("stubs", {"lab2.allocate": _steal(NATIVE_READERS)}, {}, ALL_ITEMS, "from_file"),
 }
 
 
@@ -172,8 +186,11 @@ def test_the_reference_beside_the_attacks_scores_100(batch):
 
 def test_hangs_and_exits_never_stop_the_batch(batch):
     assert sorted(batch["summary"].graded) == sorted([*ATTACKS, "ref_student"])
-    loop = {i["id"]: i["status"] for i in result(batch["out"], "att_loop")["items"]}
-    assert loop["allocation"] == "timeout" and loop["scale"] == "timeout"
+    for student in ("att_loop", "att_sleep"):
+        res = result(batch["out"], student)
+        status = {i["id"]: i["status"] for i in res["items"]}
+        assert status["scale"] == "timeout", status
+        assert res["score"] == 100 - 15 - 10, status       # every item but the hung one (and throughput) passed
 
 
 def test_nothing_was_written_outside_scratch(batch):
@@ -187,33 +204,27 @@ def test_the_golden_file_is_untouched_by_the_forgery_attempts():
     assert data["lab"] == LAB and data["tests"]
 
 
-@pytest.mark.skipif(abi_version() == 0, reason="the kernel has no Landlock: native readers are fenced only by wrappers")
-def test_native_file_readers_cannot_read_the_golden_outputs(tmp_path):
-    """torch.from_file and numpy.fromfile bypass Python's open: Landlock and the reader wrappers must stop them."""
-    tree = load_reference()
-    ATTACKS["att_native"] = ("stubs", {"lab2.allocate": _steal(NATIVE_READERS)}, {}, ALL_ITEMS, "")
-    try:
-        write_attacks(tmp_path / "submitted", ["att_native"], tree)
-    finally:
-        del ATTACKS["att_native"]
-    for landlock in (True, False):
-        out = tmp_path / f"results-{landlock}"
-        grade_run(RunOptions(LAB, tmp_path / "submitted", out, jobs=1, deadline_cap_s=CAP_S, landlock=landlock),
-                  show_progress=False)
-        res = result(out, "att_native")
-        assert res["score"] == 0, (landlock, res["flags"])
-        assert any("from_file" in f or "fromfile" in f for f in res["flags"]), res["flags"]
+def test_the_kernel_fence_is_used_where_the_kernel_has_it(batch):
+    sandbox = result(batch["out"], "ref_student")["environment"]["sandbox"]
+    assert sandbox["audit_hook"] and sandbox["guarded_readers"] >= 4
+    if abi_version() > 0:
+        assert sandbox["landlock"]["abi"] == abi_version()
+    else:
+        assert sandbox["landlock"] is None
 
 
-def test_without_landlock_the_audit_hook_alone_stops_python_level_attacks(tmp_path):
+def test_without_landlock_the_audit_hook_and_reader_guards_still_stop_them(tmp_path):
+    """The file attacks again with the kernel fence off: Python-level and native readers are still refused."""
     tree = load_reference()
-    write_attacks(tmp_path / "submitted", ["att_golden", "att_write"], tree)
+    students = ["att_golden", "att_write", "att_native"]
+    write_attacks(tmp_path / "submitted", students, tree)
     out = tmp_path / "results"
     grade_run(RunOptions(LAB, tmp_path / "submitted", out, jobs=2, deadline_cap_s=CAP_S, landlock=False),
               show_progress=False)
-    for student in ("att_golden", "att_write"):
+    for student in students:
         res = result(out, student)
-        assert res["score"] == 0 and any("sandbox refused" in f for f in res["flags"]), res["flags"]
+        assert res["score"] == 0, (student, res["flags"])
+        assert any("sandbox refused" in f for f in res["flags"]), (student, res["flags"])
         assert res["environment"]["sandbox"]["landlock"] is None
 
 

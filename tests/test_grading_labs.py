@@ -19,7 +19,7 @@ from grading.runner import RunOptions, grade_run
 from inferlab.bugzoo import load_mutants
 from inferlab.exercises import load_reference
 
-LABS = ("lab1", "lab3")
+LABS = ("lab1", "lab3", "lab4")
 
 
 @pytest.fixture(scope="module", params=LABS)
@@ -41,9 +41,12 @@ def _why(res):
     return [(i["id"], i["status"], i["message"], i["details"][:4]) for i in res["items"] if i["status"] != "passed"]
 
 
-def test_reference_scores_100_and_stubs_0(graded):
+def test_reference_scores_every_gradable_point_and_stubs_0(graded):
+    """100, less the points of GPU items on a machine without CUDA (those are blocked, never failed)."""
     lab, results, _ = graded
-    assert results["ref_student"]["score"] == 100, _why(results["ref_student"])
+    ref = results["ref_student"]
+    assert ref["score"] == ref["gradable_points"] == 100 - ref["blocked_points"], _why(ref)
+    assert all(i["status"] == "blocked" for i in ref["items"] if i["status"] != "passed")
     assert results["stub_student"]["score"] == 0
     assert {r["status"] for r in results["stub_student"]["regions"]} == {"not attempted"}
 
@@ -52,12 +55,20 @@ def test_every_mutant_is_caught_and_the_arithmetic_holds(graded):
     lab, results, mutants = graded
     rubric = load_rubric(lab)
     correctness = {i.id for i in rubric.correctness_items}
+    gpu_items = {i.id for i in rubric.items if i.gpu}
     for mutant in mutants:
         res = results[f"mut_{mutant.name}"]
-        lost = {i["id"] for i in res["items"] if i["status"] != "passed"}
-        assert lost & correctness, f"{lab} mutant {mutant.name} is not caught"
-        assert {i["status"] for i in res["items"]} <= {"passed", "failed"}, _why(res)
+        lost = {i["id"] for i in res["items"] if i["status"] == "failed"}
+        assert {i["status"] for i in res["items"]} <= {"passed", "failed", "blocked"}, _why(res)
         assert res["score"] == sum(i["points"] for i in res["items"] if i["status"] == "passed")
+        assert all(i["status"] in ("failed", "blocked") for i in res["items"] if i["kind"] == "throughput") or not lost
+        blocked = {i["id"] for i in res["items"] if i["status"] == "blocked"}
+        if mutant.gpu and blocked >= gpu_items:
+            # a `GPU = True` mistake is visible only to GPU items, and without CUDA those are blocked
+            assert res["score"] == res["gradable_points"], _why(res)
+            continue
+        assert lost & correctness, f"{lab} mutant {mutant.name} is not caught"
+        assert res["score"] < res["gradable_points"]
         assert all(i["status"] == "failed" for i in res["items"] if i["kind"] == "throughput")
 
 

@@ -13,6 +13,7 @@ import os
 import sys
 
 import numpy  # noqa: F401
+import rich.progress  # noqa: F401
 import safetensors.torch  # noqa: F401
 import torch
 import transformers

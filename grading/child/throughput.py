@@ -31,6 +31,8 @@ WORKLOADS = {
     "lab1": (60, 3, 8, 24, 8, dict(kvcache_block_size=8, num_kvcache_blocks=128, max_num_seqs=16)),
     "lab2": (150, 5, 12, 30, 6, dict(kvcache_block_size=4, num_kvcache_blocks=96, max_num_seqs=24)),
     "lab3": (120, 4, 8, 40, 8, dict(kvcache_block_size=4, num_kvcache_blocks=64, max_num_seqs=16)),
+    "lab4": (60, 3, 8, 40, 12, dict(kvcache_block_size=8, num_kvcache_blocks=128, max_num_seqs=16,
+                                    attention_backend="torch")),
 }
 
 
