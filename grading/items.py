@@ -64,6 +64,8 @@ def observed_flags(run: Observed, expected: list[str], deadline_s: float) -> lis
                      f"{len(missing)} of {len(expected)} test(s)")
     if run.child.output.total > OUTPUT_FLAG_BYTES:
         flags.append(f"printed {run.child.output.total / 1e6:.1f} MB (only the first and last 16 KB kept)")
+    if any("MemoryError" in (record.get("error") or "") for record in run.records.values()):
+        flags.append("ran into its memory limit (MemoryError)")
     unexpected = sorted(set(run.records) - set(expected))
     if unexpected:
         flags.append(f"reported {len(unexpected)} test id(s) the item does not run (ignored): {unexpected[0]}")

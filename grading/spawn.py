@@ -35,6 +35,25 @@ ZYGOTE = Path(__file__).with_name("zygote.py")
 KEEP_BYTES = 16_384              # head and tail of a child's output kept for messages
 MAX_DENIALS = 50
 FSIZE_LIMIT = 64 << 20           # bytes any one file the child writes may reach
+
+
+def memory_limit() -> int | None:
+    """Address-space cap of a graded process: 6 GiB, or none where CUDA is present.
+
+    A CUDA context reserves far more virtual memory than it uses, so the cap
+    would break GPU items; on CPU it turns a runaway allocation into a
+    MemoryError in the graded process instead of the machine's OOM killer
+    taking out a neighbour.
+    """
+    if os.environ.get("INFERLAB_GRADING_NO_MEMORY_LIMIT"):
+        return None
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return None
+    except ImportError:
+        pass
+    return 6 << 30
 BASE_ENV = {
     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     "HF_HUB_OFFLINE": "1",
@@ -204,6 +223,7 @@ class ForkServer:
         self._waiters: dict[str, tuple[threading.Event, list]] = {}
         self._started: dict[str, threading.Event] = {}
         self._pids: dict[str, int] = {}
+        self.memory = memory_limit()
         self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(ZYGOTE)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=base_env(), cwd="/", start_new_session=True)
         first = self.proc.stdout.readline()
@@ -244,7 +264,7 @@ class ForkServer:
             self._waiters[key] = (exited, box)
             self._started[key] = started_evt
         request = {"id": key, "mode": mode, "argv": argv, "cwd": str(cwd), "env": env, "stdout": out_path,
-                   "stdin": in_path, "fsize": FSIZE_LIMIT}
+                   "stdin": in_path, "fsize": FSIZE_LIMIT, "memory": self.memory}
         started = time.monotonic()
         self.proc.stdin.write((json.dumps(request) + "\n").encode())
         self.proc.stdin.flush()
@@ -278,12 +298,15 @@ class FreshSpawner:
 
     def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False) -> Child:
         command = [sys.executable, "-I", "-B", *(["-m", "pytest"] if mode == "pytest" else []), *argv]
+        memory = memory_limit()
 
         def limits() -> None:
             import resource
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_LIMIT, FSIZE_LIMIT))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if memory:
+                resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
         started = time.monotonic()
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,

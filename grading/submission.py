@@ -63,6 +63,9 @@ def find_submissions(root: Path, lab: str, student: str | None = None) -> tuple[
             notes.append(f"skipped {folder.name!r}: not a valid student id")
             continue
         lab_dir = folder / lab
+        if folder.is_symlink() or lab_dir.is_symlink():
+            notes.append(f"skipped {folder.name}: a symbolic link, not a submitted folder")
+            continue
         if not lab_dir.is_dir():
             notes.append(f"{folder.name}: no {lab}/ folder (nothing submitted)")
             continue

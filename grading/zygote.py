@@ -16,7 +16,7 @@ It is run as a script, not `-m grading.zygote`, so that not even the
 `grading` package is imported into what the children inherit.
 
 Protocol, one JSON object per line. Requests on stdin:
-    {"id", "mode": "pytest" | "script", "argv", "cwd", "env", "stdout", "stdin", "fsize"}
+    {"id", "mode": "pytest" | "script", "argv", "cwd", "env", "stdout", "stdin", "fsize", "memory"}
 (`stdout`/`stdin` are FIFO paths made by the grader; `stdin` may be null.)
 Replies on stdout: {"id", "event": "started", "pid"} and {"id", "event": "exited", "status"},
 `status` being the exit code, or minus the signal number.
@@ -57,6 +57,8 @@ def child(request: dict) -> None:
         limit = int(request.get("fsize") or 64 << 20)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if request.get("memory"):
+            resource.setrlimit(resource.RLIMIT_AS, (int(request["memory"]), int(request["memory"])))
         out = os.open(request["stdout"], os.O_WRONLY)
         inp = os.open(request["stdin"], os.O_RDONLY) if request.get("stdin") else os.open(os.devnull, os.O_RDONLY)
         os.dup2(inp, 0)

@@ -137,6 +137,7 @@ ATTACKS = {
     "att_write": ("stubs", {"lab2.allocate": WRITE_EVERYWHERE}, {}, ALL_ITEMS, "sandbox refused: open"),
     "att_output": ("stubs", {"lab2.allocate": HUGE_OUTPUT}, {}, ALL_ITEMS, "MB (only the first and last"),
     "att_native": ("stubs", {"lab2.allocate": _steal(NATIVE_READERS)}, {}, ALL_ITEMS, "from_file"),
+    "att_memory": ("stubs", {"lab2.allocate": "hoard = bytearray(16 << 30)\n"}, {}, ALL_ITEMS, "memory limit"),
 }
 
 
