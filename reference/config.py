@@ -33,6 +33,7 @@ class Config:
     enable_prefix_caching: bool = True
     enable_chunked_prefill: bool = False
     enforce_eager: bool = False
+    async_scheduling: bool = False  # schedule decode step k+1 while the GPU computes step k (see LLMEngine)
     attention_backend: str = "auto"
     lifecycle_log: str | None = None
     seed: int = 0
@@ -76,7 +77,7 @@ class Config:
                 "Raise it or set enable_chunked_prefill=True")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"Config.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
-        for name in ("enable_prefix_caching", "enable_chunked_prefill", "enforce_eager"):
+        for name in ("enable_prefix_caching", "enable_chunked_prefill", "enforce_eager", "async_scheduling"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Config.{name} must be a bool")
 

@@ -34,7 +34,8 @@ REQUIRED_FIELDS = ("event", "seq_id", "step", "time")
 # The request state machine: for each event, the events that may follow it.
 # `None` stands for "nothing seen yet". The engine emits at most one token per
 # request per step, so every token event directly follows a SCHEDULED and
-# TOKEN -> TOKEN is illegal.
+# TOKEN -> TOKEN is illegal. (Async scheduling logs a token one step late, so
+# there TOKEN may follow a token event: see check_lifecycle.)
 ALLOWED_NEXT: dict[str | None, frozenset[str]] = {
     None: frozenset({"ARRIVED"}),
     "ARRIVED": frozenset({"QUEUED"}),
@@ -231,13 +232,19 @@ def _describe(seq_id: Any, event: Event, prev: Event | None, reason: str) -> str
     return f"seq {seq_id}, step {event.get('step')}: {event.get('event')} after {prev_name}: {reason}"
 
 
-def _order_problems(event: Event, prev: Event | None) -> list[str]:
-    """Is `event` allowed to follow `prev` by the state machine, step and clock?"""
+def _order_problems(event: Event, prev: Event | None, token_may_follow_token: bool = False) -> list[str]:
+    """Is `event` allowed to follow `prev` by the state machine, step and clock?
+
+    `token_may_follow_token`: the log comes from an async-scheduling engine,
+    whose tokens are logged a step late (check_lifecycle counts them instead).
+    """
     name, prev_name = event["event"], (prev["event"] if prev else None)
     if name not in ALLOWED_NEXT:
         return [f"unknown event type {name!r}"]
     reasons = []
     allowed = ALLOWED_NEXT[prev_name]
+    if token_may_follow_token and name == "TOKEN" and prev_name in TOKEN_EVENTS:
+        allowed = allowed | {"TOKEN"}
     if name not in allowed:
         reasons.append(f"illegal order (allowed next: {', '.join(sorted(allowed)) or 'nothing'})")
     if prev is not None and event["step"] < prev["step"]:
@@ -266,19 +273,41 @@ def _token_problems(event: Event, tokens_before: int) -> list[str]:
     return reasons
 
 
-def _check_request(seq_id: Any, events: list[Event]) -> list[str]:
-    """All problems in one request's event sequence."""
+def _samples(event: Event, prompt_len: int, tokens_before: int) -> bool:
+    """Does this SCHEDULED step end with a sampled token (a decode, or a prefill reaching the end)?"""
+    if not event.get("is_prefill", False):
+        return True
+    return event.get("num_cached_tokens", 0) + event.get("num_new_tokens", 0) >= prompt_len + tokens_before
+
+
+def _check_request(seq_id: Any, events: list[Event], async_scheduling: bool = False) -> list[str]:
+    """All problems in one request's event sequence.
+
+    In an async-scheduling log a token need not directly follow a SCHEDULED,
+    but each one must have its own earlier SCHEDULED step that sampled it.
+    """
     problems: list[str] = []
     prev: Event | None = None
     tokens_before = 0
+    sampling_steps = 0
+    prompt_len = 0
     for event in events:
         missing = [f for f in REQUIRED_FIELDS if f not in event]
         if missing:
             problems.append(_describe(seq_id, event, prev, f"missing field(s) {', '.join(missing)}"))
             continue
-        for reason in _order_problems(event, prev) + _token_problems(event, tokens_before):
+        reasons = _order_problems(event, prev, async_scheduling) + _token_problems(event, tokens_before)
+        name = event["event"]
+        if name == "ARRIVED":
+            prompt_len = event.get("prompt_len", 0)
+        elif name == "SCHEDULED":
+            sampling_steps += _samples(event, prompt_len, tokens_before)
+        elif name in TOKEN_EVENTS and async_scheduling and tokens_before >= sampling_steps:
+            reasons.append(f"token {tokens_before} has no SCHEDULED step that sampled it "
+                           f"({sampling_steps} so far)")
+        for reason in reasons:
             problems.append(_describe(seq_id, event, prev, reason))
-        tokens_before += event["event"] in TOKEN_EVENTS
+        tokens_before += name in TOKEN_EVENTS
         prev = event
     if prev is not None and prev["event"] == "FINISHED":
         end_of_log = {"event": "end of log", "step": prev["step"]}
@@ -299,15 +328,20 @@ def _check_steps(events: Iterable[Event]) -> list[str]:
     return problems
 
 
-def check_lifecycle(events: Iterable[Event]) -> list[str]:
+def check_lifecycle(events: Iterable[Event], async_scheduling: bool = False) -> list[str]:
     """Every way the log breaks the request lifecycle, as readable lines.
 
     An empty list means the log is legal. A request still in flight when the
     log ends is legal (the log may simply stop); one that FINISHED but was
     never FREED is not, since that is how a block leak shows up.
+
+    `async_scheduling=True` checks a log of an engine run with that setting:
+    its tokens are logged a step after the step that computed them, so a
+    TOKEN may follow another token event, as long as every token has its own
+    earlier SCHEDULED step that sampled it.
     """
     events = list(events)
     problems = _check_steps(events)
     for seq_id, request_events in group_by_request(events).items():
-        problems += _check_request(seq_id, request_events)
+        problems += _check_request(seq_id, request_events, async_scheduling)
     return problems

@@ -93,3 +93,25 @@ def test_auto_device_picks_cuda_and_the_checkpoint_dtype(tiny_model_dir, qwen3_s
     assert LLM(qwen3_small_dir, num_kvcache_blocks=64).config.torch_dtype == torch.bfloat16
     assert llm.model_runner.kv_cache.is_cuda
     assert llm.model_runner.num_kvcache_blocks > 1000, "KV pool sized from free GPU memory"
+
+
+def test_automatic_gc_is_off_while_graphs_are_captured(tiny_model_dir, monkeypatch):
+    """Every capture runs with automatic garbage collection off, and it is back on afterwards.
+
+    A collection during capture can free another engine's CUDA objects (one left
+    in a reference cycle), which is not allowed while a stream captures.
+    """
+    import gc
+    from reference.models.qwen3 import Qwen3ForCausalLM
+    seen: list[bool] = []
+    original = Qwen3ForCausalLM.forward
+
+    def forward(self, *args, **kwargs):
+        if torch.cuda.is_current_stream_capturing():
+            seen.append(gc.isenabled())
+        return original(self, *args, **kwargs)
+    monkeypatch.setattr(Qwen3ForCausalLM, "forward", forward)
+    assert gc.isenabled()
+    llm = LLM(tiny_model_dir, device="cuda", dtype="float32", max_num_seqs=8)
+    assert len(seen) == len(llm.model_runner.graphs) and not any(seen)
+    assert gc.isenabled(), "collection must be back on after capture"

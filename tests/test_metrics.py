@@ -358,6 +358,34 @@ def test_check_lifecycle_accepts_interleaved_requests() -> None:
 # --------------------------------------------------------------------------- trace rendering
 
 
+def async_request(extra_token: bool = False, partial_chunk: bool = False) -> Log:
+    """An async-scheduling log: decode step k is scheduled before the token of step k-1 is logged."""
+    log = Log().arrive(4, 0, 0.0, prompt_len=5)
+    if partial_chunk:
+        log.schedule(4, 0, 0.01, prefill=True, new=3)            # samples nothing: 3 of 5 prompt tokens
+    else:
+        log.schedule(4, 0, 0.01, prefill=True, new=5)
+    log.token(4, 0, 0.02, 0)
+    log.schedule(4, 1, 0.03, prefill=False)                       # computes token 1
+    log.schedule(4, 2, 0.04, prefill=False).token(4, 2, 0.05, 1)  # token 1 is logged while step 2 computes
+    log.token(4, 3, 0.06, 2)                                      # the last token follows a token: legal here
+    if extra_token:
+        log.token(4, 3, 0.07, 3)                                  # no step computed this one
+    return log.finish(4, 3, 0.07, "length", 4 if extra_token else 3)
+
+
+def test_check_lifecycle_async_log() -> None:
+    assert check_lifecycle(async_request().events, async_scheduling=True) == []
+    # The same log breaks the synchronous engine's rule (a token right after a token).
+    assert any("TOKEN after TOKEN" in p for p in check_lifecycle(async_request().events))
+
+
+@pytest.mark.parametrize("kind, first_bad", [("extra_token", "token 3 "), ("partial_chunk", "token 0 ")])
+def test_check_lifecycle_async_token_needs_its_own_step(kind, first_bad) -> None:
+    problems = check_lifecycle(async_request(**{kind: True}).events, async_scheduling=True)
+    assert problems and first_bad + "has no SCHEDULED step that sampled it" in problems[0], problems
+
+
 def test_render_trace_prints_tables(tmp_path: Path) -> None:
     log = normal_request(seq=4242)
     log.events += preempted_request()[0].events

@@ -14,6 +14,10 @@ import torch
 
 from reference.sampling_params import SamplingParams
 
+# Stands in for a token sampled on the GPU but not yet read back (async scheduling only).
+# It lives inside one engine step: between steps every token id is real.
+PENDING_TOKEN = -1
+
 
 class SequenceStatus(Enum):
     WAITING = auto()   # in the waiting queue (new, or preempted)

@@ -12,6 +12,8 @@ Python costs more than running them. Prefill runs eagerly (its shapes vary).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import torch
 
@@ -21,6 +23,38 @@ from student_exercises.layers.attention import AttentionMetadata, make_backend
 from student_exercises.layers.sampler import sample
 from student_exercises.models.loader import load_weights
 from student_exercises.models.qwen3 import ElementwiseOps, Qwen3Attention, Qwen3ForCausalLM
+
+@dataclass
+class InFlightStep:
+    """A decode step launched without waiting for it (async scheduling).
+
+    Its sampled ids stay on the device, where the next step reads them as
+    inputs (`row_of` says which row belongs to which sequence); a copy to
+    pinned host memory is queued behind them, and `tokens()` waits for that
+    copy only: not for any step launched later.
+    """
+    seqs: list[Sequence]
+    device_tokens: torch.Tensor
+    host_tokens: torch.Tensor
+    copied: torch.cuda.Event | None
+    row_of: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def start(cls, seqs: list[Sequence], device_tokens: torch.Tensor) -> "InFlightStep":
+        row_of = {seq.seq_id: row for row, seq in enumerate(seqs)}
+        if device_tokens.device.type != "cuda":
+            return cls(seqs, device_tokens, device_tokens, None, row_of)
+        host = torch.empty(device_tokens.shape, dtype=device_tokens.dtype, pin_memory=True)
+        host.copy_(device_tokens, non_blocking=True)
+        copied = torch.cuda.Event()
+        copied.record()
+        return cls(seqs, device_tokens, host, copied, row_of)
+
+    def tokens(self) -> list[int]:
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.host_tokens.tolist()
+
 
 # On the CPU the KV pool gets as many bytes as the weights, and at least this much.
 CPU_MIN_KV_BYTES = 128 * 2**20
@@ -224,6 +258,26 @@ class ModelRunner:
         # <<< EXERCISE lab4.graph_replay
 
     # -- one step --------------------------------------------------------------
+    @torch.inference_mode()
+    def launch_decode(self, seqs: list[Sequence], previous: InFlightStep | None) -> InFlightStep:
+        """Queue a greedy decode step on the device and return without waiting for it.
+
+        Sequences that were in `previous` carry a PENDING_TOKEN placeholder as
+        their newest token; their input id is taken from `previous`'s sampled
+        ids on the device, so the host never needs to know it.
+        """
+        input_ids, positions, meta = self.prepare_decode(seqs)
+        if previous is not None:
+            rows = [previous.row_of.get(seq.seq_id, -1) for seq in seqs]
+            source = self._tensor(np.asarray(rows, dtype=np.int64))
+            from_previous = previous.device_tokens[source.clamp(min=0)]
+            input_ids = torch.where(source >= 0, from_previous, input_ids)
+        if self.graphs and len(seqs) <= max(self.graphs):
+            hidden = self._replay_decode_graph(input_ids, positions, meta)
+        else:
+            hidden = self.model(input_ids, positions, meta)
+        return InFlightStep.start(seqs, self.model.compute_logits(hidden).argmax(dim=-1))
+
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int | None]:
         """Forward the batch; sample for sequences whose scheduled tokens reach their end.

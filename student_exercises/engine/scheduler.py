@@ -127,7 +127,15 @@ class Scheduler:
         # <<< EXERCISE lab1.emit_preemption
 
     def finish(self, seq: Sequence) -> int:
-        """Take a finished (or aborted) sequence out of its queue; return blocks freed."""
-        (self.running if seq in self.running else self.waiting).remove(seq)
+        """Take a finished (or aborted) sequence out of its queue; return blocks freed.
+
+        Under async scheduling a sequence about to reach its length limit has
+        already left `running` (the engine took it out so that it is not
+        scheduled again), so it may be in neither queue.
+        """
+        for queue in (self.running, self.waiting):
+            if seq in queue:
+                queue.remove(seq)
+                break
         seq.status = SequenceStatus.FINISHED
         return self.block_manager.deallocate(seq)

@@ -1,0 +1,188 @@
+"""Async scheduling (`async_scheduling=True`): the CPU schedules step k+1 while step k computes.
+
+The oracle is the same engine run synchronously: greedy tokens and finish
+reasons must be equal request by request, whatever the workload makes the
+overlapped path do (fall back for prefill and preemption, throw away the extra
+token of a request that sampled a stop token, hold back one that reaches its
+length limit). On the CPU the "device" work is synchronous, but every piece of
+bookkeeping runs; `--device cuda` runs the same tests with CUDA graphs.
+"""
+from __future__ import annotations
+
+import pytest
+
+from reference import LLM, SamplingParams
+from reference.engine.sequence import PENDING_TOKEN
+from reference.metrics import check_lifecycle
+from tests.helpers import events_of, random_prompts
+
+VOCAB = 1024
+
+
+def make_llm(model_dir: str, device: str, async_scheduling: bool, **overrides) -> LLM:
+    fields = dict(device=device, dtype="float32", max_model_len=256, num_kvcache_blocks=64)
+    fields.update(overrides)
+    return LLM(model_dir, async_scheduling=async_scheduling, **fields)
+
+
+def results(llm: LLM, prompts, params) -> list[tuple[list[int], str]]:
+    return [(r["token_ids"], r["finish_reason"]) for r in llm.generate(prompts, params, use_tqdm=False)]
+
+
+def assert_clean_end(llm: LLM) -> None:
+    """Nothing in flight, every block back, a legal log, no placeholder left behind."""
+    assert llm.is_finished() and llm._in_flight is None
+    assert llm.block_manager.num_free_blocks == len(llm.block_manager.blocks)
+    assert check_lifecycle(llm.log.events, async_scheduling=True) == []
+    assert all(e["token_id"] != PENDING_TOKEN for e in llm.log.events if e["event"] in ("TOKEN", "FIRST_TOKEN"))
+
+
+def count_calls(llm: LLM, name: str) -> list[int]:
+    """Wrap a model-runner method to count its calls (the wrapped method still runs)."""
+    calls = [0]
+    original = getattr(llm.model_runner, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+    setattr(llm.model_runner, name, counted)
+    return calls
+
+
+def greedy(max_tokens: int, **kw) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kw)
+
+
+SCENARIOS = {
+    # name: (prompt lengths, max_tokens per prompt, engine overrides)
+    "plain": ([5, 17, 33, 8, 60, 21, 2, 44], [12, 30, 7, 25, 18, 1, 40, 9], {}),
+    "preemption": ([40, 52, 61, 47, 35, 58], [60] * 6, dict(num_kvcache_blocks=22)),
+    "chunked_prefill": ([90, 120, 33, 70], [20, 35, 15, 28],
+                        dict(enable_chunked_prefill=True, max_num_batched_tokens=32)),
+    "few_seats": ([10, 20, 30, 40, 50, 15, 25], [15, 22, 9, 30, 12, 18, 26], dict(max_num_seqs=3)),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_same_tokens_as_synchronous_engine(tiny_model_dir, device, scenario):
+    lengths, max_tokens, overrides = SCENARIOS[scenario]
+    prompts = random_prompts(lengths, VOCAB, seed=11)
+    params = [greedy(n, ignore_eos=True) for n in max_tokens]
+    expected = results(make_llm(tiny_model_dir, device, False, **overrides), prompts, params)
+    llm = make_llm(tiny_model_dir, device, True, **overrides)
+    launched = count_calls(llm, "launch_decode")
+    assert results(llm, prompts, params) == expected
+    assert launched[0] > 0, "the overlapped path never ran"
+    assert_clean_end(llm)
+    if scenario == "preemption":
+        assert events_of(llm.log.events, "PREEMPTED"), "the workload is meant to preempt"
+
+
+def test_stop_tokens_throw_away_one_extra_token(tiny_model_dir, device):
+    """A request that samples a stop token was already scheduled once more: that token is dropped."""
+    prompts = random_prompts([7, 19, 26, 12, 31, 9], VOCAB, seed=5)
+    sync_llm = make_llm(tiny_model_dir, device, False)
+    free_run = results(sync_llm, prompts, [greedy(40, ignore_eos=True)] * len(prompts))
+    # Stop tokens taken from the middle of what the requests would generate, so several stop early.
+    stops = sorted({ids[k] for ids, _ in free_run for k in (3, 9)})[:4]
+    params = [greedy(40, stop_token_ids=stops)] * len(prompts)
+    expected = results(make_llm(tiny_model_dir, device, False), prompts, params)
+    assert any(reason == "stop" for _, reason in expected), "the stop tokens are meant to stop someone"
+    llm = make_llm(tiny_model_dir, device, True)
+    assert results(llm, prompts, params) == expected
+    assert_clean_end(llm)
+
+
+def test_sampled_requests_fall_back_and_keep_their_seeds(tiny_model_dir, device):
+    prompts = random_prompts([8, 15, 23, 30], VOCAB, seed=3)
+    params = [greedy(20, ignore_eos=True), SamplingParams(temperature=0.8, top_p=0.9, seed=4, max_tokens=14,
+                                                          ignore_eos=True),
+              greedy(25, ignore_eos=True), SamplingParams(temperature=1.0, top_k=20, seed=9, max_tokens=6,
+                                                          ignore_eos=True)]
+    expected = results(make_llm(tiny_model_dir, device, False), prompts, params)
+    llm = make_llm(tiny_model_dir, device, True)
+    launched = count_calls(llm, "launch_decode")
+    assert results(llm, prompts, params) == expected
+    assert launched[0] > 0, "after the sampled requests end, the greedy ones should overlap"
+    assert_clean_end(llm)
+
+
+def test_requests_arriving_mid_run(tiny_model_dir, device):
+    """New requests force a synchronous read-back (a prefill comes), then overlap resumes."""
+    prompts = random_prompts([12, 25, 40, 9, 33], VOCAB, seed=8)
+    max_tokens = [30, 22, 15, 28, 10]
+
+    def run(async_scheduling: bool) -> dict[int, tuple[list[int], str]]:
+        llm = make_llm(tiny_model_dir, device, async_scheduling)
+        ids = [llm.add_request(p, greedy(n, ignore_eos=True)) for p, n in zip(prompts[:2], max_tokens[:2])]
+        for step in range(40):
+            if step in (4, 9, 13):
+                k = len(ids)
+                ids.append(llm.add_request(prompts[k], greedy(max_tokens[k], ignore_eos=True)))
+            if llm.is_finished():
+                break
+            llm.step()
+        while not llm.is_finished():
+            llm.step()
+        if async_scheduling:
+            assert_clean_end(llm)
+        return {i: (llm.finished[i].output_token_ids, llm.finished[i].finish_reason) for i in ids}
+    assert run(True) == run(False)
+
+
+def test_abort_while_a_step_is_in_flight(tiny_model_dir, device):
+    prompts = random_prompts([14, 22, 31], VOCAB, seed=6)
+    params = [greedy(30, ignore_eos=True)] * 3
+    expected = results(make_llm(tiny_model_dir, device, False), prompts, params)
+    llm = make_llm(tiny_model_dir, device, True)
+    ids = [llm.add_request(p, sp) for p, sp in zip(prompts, params)]
+    for _ in range(6):
+        llm.step()
+    assert llm._in_flight is not None and any(s.seq_id == ids[1] for s in llm._in_flight.seqs)
+    llm.abort_request(ids[1])
+    while not llm.is_finished():
+        llm.step()
+    assert_clean_end(llm)
+    aborted = llm.finished[ids[1]]
+    assert aborted.finish_reason == "abort"
+    assert PENDING_TOKEN not in aborted.token_ids
+    assert aborted.output_token_ids == expected[1][0][:aborted.num_output_tokens]
+    for k in (0, 2):
+        assert (llm.finished[ids[k]].output_token_ids, llm.finished[ids[k]].finish_reason) == expected[k]
+
+
+def test_tokens_are_logged_one_step_late(tiny_model_dir, device):
+    """With every request admitted at once, each decode token is logged exactly one step later than in sync mode."""
+    prompts = random_prompts([6, 18, 27, 11], VOCAB, seed=2)
+    params = [greedy(n, ignore_eos=True) for n in (9, 16, 5, 12)]
+
+    def token_events(async_scheduling: bool) -> dict[tuple[int, int], tuple[int, int]]:
+        llm = make_llm(tiny_model_dir, device, async_scheduling)
+        llm.generate(prompts, params, use_tqdm=False)
+        return {(e["seq_id"], e["index"]): (e["step"], e["token_id"])
+                for e in llm.log.events if e["event"] in ("TOKEN", "FIRST_TOKEN")}
+    sync_events, async_events = token_events(False), token_events(True)
+    assert async_events.keys() == sync_events.keys()
+    for key, (step, token) in sync_events.items():
+        lag = 0 if key[1] == 0 else 1   # first tokens come from the (synchronous) prefill step
+        assert async_events[key] == (step + lag, token), key
+
+
+def test_stream_gives_the_same_text(tiny_model_dir, device):
+    prompts = random_prompts([10, 24, 16], VOCAB, seed=12)
+    params = [greedy(n, ignore_eos=True) for n in (18, 7, 25)]
+
+    def streamed(async_scheduling: bool) -> dict[int, tuple[str, list[int]]]:
+        llm = make_llm(tiny_model_dir, device, async_scheduling)
+        text: dict[int, str] = {}
+        ids: dict[int, list[int]] = {}
+        for chunk in llm.stream(prompts, params):
+            text[chunk.index] = text.get(chunk.index, "") + chunk.text
+            ids.setdefault(chunk.index, []).extend(chunk.token_ids)
+        return {i: (text[i], ids[i]) for i in text}
+    assert streamed(True) == streamed(False)
+
+
+def test_async_scheduling_must_be_a_bool(tiny_model_dir):
+    with pytest.raises(TypeError, match="async_scheduling"):
+        LLM(tiny_model_dir, device="cpu", async_scheduling="yes")
