@@ -12,6 +12,7 @@ Python costs more than running them. Prefill runs eagerly (its shapes vary).
 """
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -231,8 +232,21 @@ class ModelRunner:
             "block_tables": torch.zeros(largest, max_blocks, dtype=torch.int64, device=self.device),
             "hidden": torch.zeros(largest, hidden_size, dtype=self.dtype, device=self.device),
         }
-        s = self.static
-        pool = None
+        # A garbage collection during capture may free another engine's CUDA objects (an engine
+        # caught in a reference cycle), and freeing is not allowed while a stream captures: the
+        # capture fails and leaves the device unusable. Collect now, then hold collection off.
+        gc.collect()
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._capture_each_bucket()
+        finally:
+            if collecting:
+                gc.enable()
+        torch.cuda.synchronize(self.device)
+
+    def _capture_each_bucket(self) -> None:
+        s, pool = self.static, None
         for batch in reversed(self._graph_batch_sizes()):
             meta = AttentionMetadata(is_prefill=False, slot_mapping=s["slot_mapping"][:batch],
                                      block_tables=s["block_tables"][:batch], context_lens=s["context_lens"][:batch],
@@ -243,7 +257,6 @@ class ModelRunner:
                 s["hidden"][:batch] = self.model(s["input_ids"][:batch], s["positions"][:batch], meta)
             pool = graph.pool() if pool is None else pool
             self.graphs[batch] = graph
-        torch.cuda.synchronize(self.device)
 
     def _replay_decode_graph(self, input_ids: torch.Tensor, positions: torch.Tensor,
                              meta: AttentionMetadata) -> torch.Tensor:
