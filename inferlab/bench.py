@@ -95,15 +95,45 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
     return {f"p{p}": float(np.percentile(values, p)) for p in (50, 90, 99)}
 
 
+BATCH_BANDS = ((1, 15), (16, 63), (64, 127), (128, 255), (256, None))
+
+
+def time_by_batch(events: list[dict], end_time: float) -> list[dict]:
+    """Wall time between consecutive STEP events, summed by step kind and decode batch size.
+
+    It shows where a run's time goes: a long tail of small decode batches
+    costs steps that move few tokens each.
+    """
+    steps = [e for e in events if e["event"] == "STEP"]
+    bands = {("prefill", None): [0, 0.0, 0]}
+    bands.update({("decode", band): [0, 0.0, 0] for band in BATCH_BANDS})
+    for step, nxt in zip(steps, steps[1:] + [None]):
+        duration = (nxt["time"] if nxt else end_time) - step["time"]
+        if step["is_prefill"]:
+            key = ("prefill", None)
+        else:
+            key = ("decode", next(b for b in BATCH_BANDS if step["batch_size"] >= b[0]
+                                  and (b[1] is None or step["batch_size"] <= b[1])))
+        bands[key][0] += 1
+        bands[key][1] += duration
+        bands[key][2] += step["num_tokens"]
+    rows = []
+    for (kind, band), (n, seconds, tokens) in bands.items():
+        label = kind if band is None else f"decode batch {band[0]}" + (f"-{band[1]}" if band[1] else "+")
+        rows.append({"steps": label, "count": n, "seconds": seconds, "tokens": tokens})
+    return rows
+
+
 def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
     """Submit every request at once, step to completion; throughput and latency from the engine."""
     from reference import LLM, SamplingParams
-    from reference.metrics import request_metrics
+    from reference.metrics import check_lifecycle, request_metrics
 
     max_len = max(len(r.prompt) + r.output_len for r in requests)
     llm = LLM(model_dir, max_model_len=max(max_len, 128), **config)
     warm = [SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)] * 4
-    llm.generate([r.prompt[:64] for r in requests[:4]], warm, use_tqdm=False)   # compile/caches out of the timing
+    # Compilation and caches out of the timing; reversed, so the warm-up leaves no prefix-cache hits behind.
+    llm.generate([r.prompt[:64][::-1] for r in requests[:4]], warm, use_tqdm=False)
     first_event = len(llm.log.events)
     sync = torch.cuda.synchronize if llm.config.device == "cuda" else (lambda: None)
     sync()
@@ -115,8 +145,13 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
         llm.step()
         steps += 1
     sync()
-    elapsed = time.perf_counter() - start
-    metrics = request_metrics(llm.log.events[first_event:]).values()
+    end = time.perf_counter()
+    elapsed = end - start
+    events = llm.log.events[first_event:]
+    problems = check_lifecycle(events, async_scheduling=llm.config.async_scheduling)
+    if problems:
+        raise RuntimeError(f"the benchmark run left an illegal lifecycle log: {problems[:3]}")
+    metrics = request_metrics(events).values()
     output_tokens = sum(m.num_output_tokens for m in metrics)
     result = {
         "elapsed_s": elapsed, "steps": steps, "output_tokens": output_tokens,
@@ -125,7 +160,9 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
         "ttft_s": percentiles([m.ttft for m in metrics if m.ttft is not None]),
         "tpot_s": percentiles([m.tpot for m in metrics if m.tpot is not None]),
         "preemptions": sum(m.num_preemptions for m in metrics),
+        "time_by_batch": time_by_batch(events, end),
         "attention_backend": llm.model_runner.backend.name, "cuda_graphs": bool(llm.model_runner.graphs),
+        "async_scheduling": llm.config.async_scheduling,
         "num_kvcache_blocks": llm.model_runner.num_kvcache_blocks, "dtype": str(llm.config.torch_dtype),
     }
     del llm
@@ -189,11 +226,18 @@ def run_bench(args, console: Console | None = None) -> dict:
     config = dict(device=device, dtype=args.dtype, attention_backend=args.backend, enforce_eager=args.enforce_eager,
                   max_num_seqs=args.max_num_seqs, kvcache_block_size=args.block_size,
                   max_num_batched_tokens=args.max_num_batched_tokens)
-    result = {"workload": args.workload, "seed": args.seed, "model": model_dir, "settings": config,
-              "environment": environment(device)}
-    result["engine"] = run_engine(model_dir, requests, **config)
-    if device == "cuda":
-        torch.cuda.empty_cache()
+    modes = ["sync", "async"] if args.scheduling == "both" else [args.scheduling]
+    result = {"workload": args.workload, "seed": args.seed, "model": model_dir,
+              "settings": {**config, "scheduling": args.scheduling}, "environment": environment(device),
+              "engines": {}}
+    for mode in modes:   # "both": sync first, so async is not helped by a warmer machine
+        result["engines"][mode] = run_engine(model_dir, requests, async_scheduling=(mode == "async"), **config)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    result["engine"] = result["engines"][modes[-1]]
+    if len(modes) == 2:
+        result["async_over_sync"] = (result["engines"]["async"]["output_tok_per_s"]
+                                     / result["engines"]["sync"]["output_tok_per_s"])
     if args.compare == "hf":
         result["hf"] = run_hf(model_dir, requests, device, dtype, args.hf_batch_size)
         result["speedup_vs_hf"] = result["engine"]["output_tok_per_s"] / result["hf"]["output_tok_per_s"]
@@ -209,15 +253,18 @@ def print_result(result: dict, console: Console) -> None:
     table = Table(title=f"{result['workload']} on {result['environment'].get('gpu', result['environment']['device'])}")
     for col in ("system", "output tok/s", "total tok/s", "wall s", "TTFT p50/p99 ms", "TPOT p50/p99 ms"):
         table.add_column(col, justify="right")
-    e = result["engine"]
     ms = lambda d, k: "-" if d[k] is None else f"{d[k] * 1000:.1f}"
-    table.add_row(f"inferlab ({e['attention_backend']}, graphs {'on' if e['cuda_graphs'] else 'off'})",
-                  f"{e['output_tok_per_s']:,.0f}", f"{e['total_tok_per_s']:,.0f}", f"{e['elapsed_s']:.2f}",
-                  f"{ms(e['ttft_s'], 'p50')}/{ms(e['ttft_s'], 'p99')}", f"{ms(e['tpot_s'], 'p50')}/{ms(e['tpot_s'], 'p99')}")
+    for mode, e in result["engines"].items():
+        table.add_row(f"inferlab {mode} ({e['attention_backend']}, graphs {'on' if e['cuda_graphs'] else 'off'})",
+                      f"{e['output_tok_per_s']:,.0f}", f"{e['total_tok_per_s']:,.0f}", f"{e['elapsed_s']:.2f}",
+                      f"{ms(e['ttft_s'], 'p50')}/{ms(e['ttft_s'], 'p99')}",
+                      f"{ms(e['tpot_s'], 'p50')}/{ms(e['tpot_s'], 'p99')}")
     if "hf" in result:
         h = result["hf"]
         table.add_row(f"transformers generate (batch {h['batch_size']})", f"{h['output_tok_per_s']:,.0f}", "-",
                       f"{h['elapsed_s']:.2f}", "-", "-")
     console.print(table)
+    if "async_over_sync" in result:
+        console.print(f"async / sync scheduling: [bold]{result['async_over_sync']:.2f}x[/bold]")
     if "speedup_vs_hf" in result:
         console.print(f"engine / transformers: [bold]{result['speedup_vs_hf']:.2f}x[/bold]")

@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     bench.add_argument("--backend", choices=["auto", "torch", "triton", "flash-attn"], default="auto")
     bench.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    bench.add_argument("--scheduling", choices=["async", "sync", "both"], default="async",
+                       help="async: schedule step k+1 while step k computes; both: run sync, then async")
     bench.add_argument("--max-num-seqs", type=int, default=256)
     bench.add_argument("--max-num-batched-tokens", type=int, default=16384)
     bench.add_argument("--block-size", type=int, default=16)

@@ -63,3 +63,28 @@ def test_ci_runs_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert test_command.strip() in ci, f"README's test command {test_command!r} is not what .ci/run runs"
     assert "torch==2.13.0" in ci
+
+
+def test_bench_sync_and_async_on_the_cpu(tiny_model_dir, tmp_path):
+    """`inferlab bench --scheduling both` runs the engine twice and accounts for every token of the workload."""
+    import json
+
+    from inferlab.bench import make_workload
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--workload", "quick", "--model", tiny_model_dir, "--device", "cpu", "--dtype", "float32",
+                 "--scheduling", "both", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    requests = make_workload("quick", 1024)
+    prompt_tokens = sum(len(r.prompt) for r in requests)
+    output_tokens = sum(r.output_len for r in requests)
+    assert set(result["engines"]) == {"sync", "async"}
+    assert result["engine"] is not None and result["async_over_sync"] > 0
+    for mode, engine in result["engines"].items():
+        assert engine["async_scheduling"] == (mode == "async")
+        assert engine["output_tokens"] == output_tokens
+        bands = engine["time_by_batch"]
+        # Every prompt token is prefilled once (the warm-up leaves no prefix hits); each request's first
+        # output token comes from its prefill, every other one from a decode step.
+        assert sum(b["tokens"] for b in bands if b["steps"] == "prefill") == prompt_tokens
+        assert sum(b["tokens"] for b in bands if b["steps"] != "prefill") == output_tokens - len(requests)
+        assert 0 < sum(b["seconds"] for b in bands) <= engine["elapsed_s"] + 1e-6
