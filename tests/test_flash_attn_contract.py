@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-pytest.importorskip("triton", reason="triton is installed by the dev extra on Linux")
+pytest.importorskip("triton", reason="triton comes with the kernels extra (Linux x86-64): pip install -e '.[kernels]'")
 
 from reference.layers import attention  # noqa: E402
 from reference.layers.attention import AttentionMetadata, TorchAttentionBackend  # noqa: E402

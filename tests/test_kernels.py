@@ -14,7 +14,7 @@ import os
 import pytest
 import torch
 
-pytest.importorskip("triton", reason="triton is installed by the dev extra on Linux")
+pytest.importorskip("triton", reason="triton comes with the kernels extra (Linux x86-64): pip install -e '.[kernels]'")
 
 from reference.layers.attention import AttentionMetadata, TorchAttentionBackend, store_kvcache  # noqa: E402
 
