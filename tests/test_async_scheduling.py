@@ -60,6 +60,9 @@ SCENARIOS = {
     "chunked_prefill": ([90, 120, 33, 70], [20, 35, 15, 28],
                         dict(enable_chunked_prefill=True, max_num_batched_tokens=32)),
     "few_seats": ([10, 20, 30, 40, 50, 15, 25], [15, 22, 9, 30, 12, 18, 26], dict(max_num_seqs=3)),
+    # Fewer decode slots per step (the token budget) than running requests: some wait a step while running.
+    "decode_budget": ([9, 14, 6, 11, 8, 12], [20, 9, 16, 25, 11, 14],
+                      dict(enable_chunked_prefill=True, max_num_batched_tokens=4)),
 }
 
 
