@@ -13,7 +13,7 @@ Python costs more than running them. Prefill runs eagerly (its shapes vary).
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ from student_exercises.layers.attention import AttentionMetadata, make_backend
 from student_exercises.layers.sampler import sample
 from student_exercises.models.loader import load_weights
 from student_exercises.models.qwen3 import ElementwiseOps, Qwen3Attention, Qwen3ForCausalLM
+
 
 @dataclass
 class InFlightStep:
@@ -38,7 +39,7 @@ class InFlightStep:
     device_tokens: torch.Tensor
     host_tokens: torch.Tensor
     copied: torch.cuda.Event | None
-    row_of: dict[int, int] = field(default_factory=dict)
+    row_of: dict[int, int]
 
     @classmethod
     def start(cls, seqs: list[Sequence], device_tokens: torch.Tensor) -> "InFlightStep":
@@ -285,11 +286,15 @@ class ModelRunner:
             source = self._tensor(np.asarray(rows, dtype=np.int64))
             from_previous = previous.device_tokens[source.clamp(min=0)]
             input_ids = torch.where(source >= 0, from_previous, input_ids)
-        if self.graphs and len(seqs) <= max(self.graphs):
-            hidden = self._replay_decode_graph(input_ids, positions, meta)
-        else:
-            hidden = self.model(input_ids, positions, meta)
+        hidden = self._decode_forward(input_ids, positions, meta)
         return InFlightStep.start(seqs, self.model.compute_logits(hidden).argmax(dim=-1))
+
+    def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                        meta: AttentionMetadata) -> torch.Tensor:
+        """A decode batch through its captured graph when one fits, else eagerly."""
+        if self.graphs and input_ids.shape[0] <= max(self.graphs):
+            return self._replay_decode_graph(input_ids, positions, meta)
+        return self.model(input_ids, positions, meta)
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int | None]:
@@ -304,10 +309,7 @@ class ModelRunner:
             last = meta.cu_seqlens_q[1:] - 1
         else:
             input_ids, positions, meta = self.prepare_decode(seqs)
-            if self.graphs and len(seqs) <= max(self.graphs):
-                hidden = self._replay_decode_graph(input_ids, positions, meta)
-            else:
-                hidden = self.model(input_ids, positions, meta)
+            hidden = self._decode_forward(input_ids, positions, meta)
             last = None  # one row per sequence already
         completes = [seq.num_cached_tokens + seq.num_scheduled_tokens == len(seq) for seq in seqs]
         rows = [i for i, done in enumerate(completes) if done]
