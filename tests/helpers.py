@@ -14,13 +14,23 @@ def hf_model(model_dir: str) -> transformers.PreTrainedModel:
     return model.eval()
 
 
-def hf_greedy(model_dir: str, prompt: list[int], max_new_tokens: int) -> list[int]:
-    """Greedy tokens from transformers itself, one prompt at a time (no padding), never stopping early."""
-    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens,
-                                           eos_token_id=None, pad_token_id=0)
+def hf_greedy(model_dir: str, prompt: list[int], max_new_tokens: int, stop_at_eos: bool = False) -> list[int]:
+    """Greedy tokens from transformers itself, one prompt at a time (no padding).
+
+    stop_at_eos=False never stops early (the engine's `ignore_eos=True`).
+    stop_at_eos=True stops where transformers' own rules stop: the model's
+    generation config, i.e. generation_config.json's `eos_token_id` (one id or
+    a list) when the folder has one, else config.json's.
+
+    Under transformers 5, `eos_token_id=None` inside a GenerationConfig object
+    means "not set" and is filled from the model's generation config, so EOS
+    still stops generation; only the keyword argument switches it off.
+    """
+    kwargs = {} if stop_at_eos else {"eos_token_id": None}
     ids = torch.tensor([prompt])
     with torch.no_grad():
-        out = hf_model(model_dir).generate(ids, generation_config=config, attention_mask=torch.ones_like(ids))
+        out = hf_model(model_dir).generate(ids, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0,
+                                           attention_mask=torch.ones_like(ids), **kwargs)
     return out[0, len(prompt):].tolist()
 
 
