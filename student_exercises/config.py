@@ -16,6 +16,7 @@ import torch
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 BACKENDS = ("auto", "torch", "triton", "flash-attn")
+SUPPORTED_ARCHITECTURE = "Qwen3ForCausalLM"   # the one model family models/qwen3.py implements
 
 
 @dataclass
@@ -48,7 +49,11 @@ class Config:
         config_path = Path(self.model) / "config.json"
         if not config_path.is_file():
             raise ValueError(f"Config.model: no config.json in {self.model!r} (expected a Hugging Face model folder)")
-        self.hf_config = json.loads(config_path.read_text())
+        try:
+            self.hf_config = json.loads(config_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"Config.model: cannot read {config_path}: {err}") from None
+        self._check_architecture(config_path)
 
         self._choice("device", DEVICES)
         self._choice("dtype", tuple(DTYPES))
@@ -92,6 +97,24 @@ class Config:
             return torch.float32
         name = self.hf_config.get("torch_dtype") or self.hf_config.get("dtype") or "bfloat16"
         return DTYPES.get(str(name).replace("torch.", ""), torch.bfloat16) or torch.bfloat16
+
+    def _check_architecture(self, config_path: Path) -> None:
+        """Refuse a checkpoint of another model family instead of running it as Qwen3.
+
+        Loading Llama weights into our Qwen3 modules could even succeed tensor by
+        tensor (the names overlap) and then produce nonsense, so the check reads
+        what the folder says it is. A config that names no architecture at all
+        (a hand-written one for a scheduler test) is taken as it is.
+        """
+        if not isinstance(self.hf_config, dict):
+            raise ValueError(f"Config.model: {config_path} must hold a JSON object")
+        architectures = self.hf_config.get("architectures") or []
+        model_type = self.hf_config.get("model_type")
+        if SUPPORTED_ARCHITECTURE in architectures or (not architectures and model_type in (None, "qwen3")):
+            return
+        named = ", ".join(map(str, architectures)) or f"model_type {model_type!r}"
+        raise ValueError(f"Config.model: {config_path} describes {named}, but this engine implements only "
+                         f"{SUPPORTED_ARCHITECTURE} (Qwen3)")
 
     def _choice(self, name: str, allowed: tuple[str, ...]) -> None:
         value = getattr(self, name)

@@ -7,12 +7,13 @@ as it is produced (stage 6, streaming return).
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterator, Sequence as Seq
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from student_exercises.engine.llm_engine import LLMEngine
+from student_exercises.engine.llm_engine import LLMEngine, StepOutput
 from student_exercises.sampling_params import SamplingParams
 
 Prompt = str | list[int]
@@ -52,36 +53,114 @@ def _as_params_list(params, n: int) -> list[SamplingParams]:
 
 
 class LLM(LLMEngine):
+    """The offline API: `generate` runs prompts to completion, `stream` yields text as it comes.
+
+    Several callers can share one LLM: two streams interleaved, or `generate`
+    inside a stream loop. Each caller owns its requests: whichever caller
+    drives `step()`, every output is put in its owner's inbox, so nobody's
+    tokens are lost or taken. A caller that goes away (a stream closed,
+    abandoned or garbage-collected) aborts what it still owns, and a caller
+    always collects its finished results, so `self.finished` does not grow.
+    """
+
+    def __init__(self, model: str, **config_fields):
+        super().__init__(model, **config_fields)
+        self._inboxes: dict[int, deque[StepOutput]] = {}
+        self._stepping = False
+        self._deferred_aborts: list[int] = []
+
     def _submit(self, prompts, sampling_params) -> list[int]:
+        """Tokenize and check every prompt, then queue them all; a bad one queues nothing."""
         prompt_list = _as_prompt_list(prompts)
         params = _as_params_list(sampling_params, len(prompt_list))
-        tokenized = [self.tokenize(p) for p in prompt_list]
-        for i, (ids, p) in enumerate(zip(tokenized, params)):
+        tokenized = []
+        for i, (prompt, p) in enumerate(zip(prompt_list, params)):
             try:
+                ids = self.tokenize(prompt)
                 self.check_request(ids, p)
             except (ValueError, TypeError) as err:
                 raise type(err)(f"prompt {i}: {err}") from None
-        return [self.add_request(ids, p) for ids, p in zip(tokenized, params)]
+            tokenized.append(ids)
+        seq_ids = [self.enqueue(ids, p) for ids, p in zip(tokenized, params)]
+        for seq_id in seq_ids:
+            self._inboxes[seq_id] = deque()
+        return seq_ids
+
+    def _outputs_for(self, owned: set[int]) -> list[StepOutput]:
+        """The next outputs of the requests in `owned`, stepping the engine until there are some."""
+        while True:
+            got = [out for seq_id in owned for out in _drain(self._inboxes[seq_id])]
+            if got:
+                return got
+            if self.is_finished():
+                raise RuntimeError(f"requests {sorted(owned)} are neither running nor finished (an engine bug)")
+            self._pump()
+
+    def _pump(self) -> None:
+        """One engine step; each output goes to its owner's inbox (outputs nobody owns are dropped)."""
+        self._stepping = True
+        try:
+            outputs = self.step()
+        finally:
+            self._stepping = False
+        for out in outputs:
+            inbox = self._inboxes.get(out.seq_id)
+            if inbox is not None:
+                inbox.append(out)
+        deferred, self._deferred_aborts = self._deferred_aborts, []
+        self._release(deferred)
+
+    def abort_request(self, seq_id: int) -> None:
+        super().abort_request(seq_id)
+        inbox = self._inboxes.get(seq_id)
+        if inbox is not None:
+            inbox.append(StepOutput(seq_id, finished=True, finish_reason="abort"))
+
+    def _release(self, seq_ids: list[int]) -> None:
+        """Forget requests whose caller went away: abort the unfinished, drop results nobody will collect.
+
+        A stream can be garbage-collected while another caller is inside
+        `step()`; its aborts then wait until that step is over.
+        """
+        if self._stepping:
+            self._deferred_aborts.extend(seq_ids)
+            return
+        for seq_id in seq_ids:
+            if seq_id in self.sequences:
+                LLMEngine.abort_request(self, seq_id)
+            self.finished.pop(seq_id, None)
+            self._inboxes.pop(seq_id, None)
+        self.settle()
 
     def generate(self, prompts, sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
                  use_tqdm: bool = True) -> list[dict]:
-        """Run prompts to completion; results in input order as {text, token_ids, finish_reason}."""
+        """Run prompts to completion; results in input order as {text, token_ids, finish_reason}.
+
+        A request that failed inside a step has finish_reason "error" and its
+        message under "error"; the others are unaffected.
+        """
         seq_ids = self._submit(prompts, sampling_params)
         pending = set(seq_ids)
-        with Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      disable=not use_tqdm, transient=True) as progress:
-            task = progress.add_task("generate", total=len(seq_ids))
-            while pending:
-                for out in self.step():
-                    if out.finished and out.seq_id in pending:
-                        pending.discard(out.seq_id)
-                        progress.advance(task)
-        return [self._result(self.finished.pop(i)) for i in seq_ids]
+        try:
+            with Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          disable=not use_tqdm, transient=True) as progress:
+                task = progress.add_task("generate", total=len(seq_ids))
+                while pending:
+                    for out in self._outputs_for(pending):
+                        if out.finished:
+                            pending.discard(out.seq_id)
+                            progress.advance(task)
+            return [self._result(self.finished[i]) for i in seq_ids]
+        finally:
+            self._release(seq_ids)
 
     def _result(self, seq) -> dict:
         ids = seq.output_token_ids
-        return {"text": self.tokenizer.decode(ids, skip_special_tokens=True), "token_ids": ids,
-                "finish_reason": seq.finish_reason}
+        result = {"text": self.tokenizer.decode(ids, skip_special_tokens=True), "token_ids": ids,
+                  "finish_reason": seq.finish_reason}
+        if seq.error is not None:
+            result["error"] = seq.error
+        return result
 
     def stream(self, prompts, sampling_params: SamplingParams | Seq[SamplingParams] | None = None
                ) -> Iterator[StreamChunk]:
@@ -89,23 +168,33 @@ class LLM(LLMEngine):
 
         Byte-level tokens can split a multi-byte character; text that decodes to
         a trailing U+FFFD is held back until the rest of the character arrives.
+        Closing the iterator early (break, close(), garbage collection) aborts
+        the requests it still owns and frees their blocks.
         """
         seq_ids = self._submit(prompts, sampling_params)
         index = {seq_id: i for i, seq_id in enumerate(seq_ids)}
+        received: dict[int, list[int]] = {seq_id: [] for seq_id in seq_ids}
         sent_text = {seq_id: "" for seq_id in seq_ids}
         pending = set(seq_ids)
-        while pending:
-            for out in self.step():
-                if out.seq_id not in pending:
-                    continue
-                seq = self.finished.get(out.seq_id) or self.sequences[out.seq_id]
-                text = self.tokenizer.decode(seq.output_token_ids, skip_special_tokens=True)
-                if text.endswith("\ufffd") and not out.finished:
-                    text = sent_text[out.seq_id]  # wait for the rest of the character
-                delta = text[len(sent_text[out.seq_id]):]
-                sent_text[out.seq_id] = text
-                if out.finished:
-                    pending.discard(out.seq_id)
-                    self.finished.pop(out.seq_id)
-                if delta or out.new_token_ids or out.finished:
-                    yield StreamChunk(index[out.seq_id], delta, out.new_token_ids, out.finished, out.finish_reason)
+        try:
+            while pending:
+                for out in self._outputs_for(pending):
+                    received[out.seq_id] += out.new_token_ids
+                    text = self.tokenizer.decode(received[out.seq_id], skip_special_tokens=True)
+                    if text.endswith("\ufffd") and not out.finished:
+                        text = sent_text[out.seq_id]  # wait for the rest of the character
+                    delta = text[len(sent_text[out.seq_id]):]
+                    sent_text[out.seq_id] = text
+                    if out.finished:
+                        pending.discard(out.seq_id)
+                    if delta or out.new_token_ids or out.finished:
+                        yield StreamChunk(index[out.seq_id], delta, out.new_token_ids, out.finished,
+                                          out.finish_reason)
+        finally:
+            self._release(seq_ids)
+
+
+def _drain(queue: deque) -> list:
+    items = list(queue)
+    queue.clear()
+    return items

@@ -6,7 +6,14 @@ error that names the field, before anything reaches the queue.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+# Below this temperature a request samples as greedy, as vLLM does: dividing the
+# logits by a smaller number overflows fp32 to inf, and softmax of inf is NaN.
+GREEDY_BELOW_TEMPERATURE = 1e-5
+# torch generators take 64-bit seeds; we keep to the signed range every backend accepts.
+MAX_SEED = 2**63 - 1
 
 
 def _check_int(name: str, value: object, minimum: int | None = None) -> None:
@@ -20,16 +27,27 @@ def _check_int(name: str, value: object, minimum: int | None = None) -> None:
 def _check_number(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"SamplingParams.{name} must be a number, got {type(value).__name__}")
-    return float(value)
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"SamplingParams.{name} must be a finite number, got {value}")
+    return value
 
 
 @dataclass
 class SamplingParams:
     """How to pick each next token and when to stop.
 
-    temperature == 0 means greedy (argmax); top_k == 0 and top_p == 1.0 switch
-    those filters off. `seed` makes a sampled request reproducible on its own,
-    whatever else is in the batch.
+    temperature == 0 means greedy (argmax); so does any temperature below
+    GREEDY_BELOW_TEMPERATURE, which is made safe rather than refused (a tiny
+    temperature *means* "almost greedy"). top_k == 0 and top_p == 1.0 switch
+    those filters off; a top_p so small that it rounds to zero keeps the most
+    likely token (the sampler always keeps the token that crosses the
+    threshold). NaN and infinite numbers are refused. `seed` makes a sampled
+    request reproducible on its own, whatever else is in the batch.
+
+    The fields are checked on construction and again by the engine before a
+    request is queued (`validate`), since a dataclass can be changed after it
+    was built.
     """
 
     temperature: float = 1.0
@@ -41,6 +59,10 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check (and normalise) every field; raise naming the first bad one."""
         self.temperature = _check_number("temperature", self.temperature)
         if self.temperature < 0:
             raise ValueError(f"SamplingParams.temperature must be >= 0, got {self.temperature}")
@@ -58,7 +80,9 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids)
         if self.seed is not None:
             _check_int("seed", self.seed, minimum=0)
+            if self.seed > MAX_SEED:
+                raise ValueError(f"SamplingParams.seed must be <= 2**63 - 1, got {self.seed}")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW_TEMPERATURE

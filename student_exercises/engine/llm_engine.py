@@ -14,10 +14,12 @@ GPU still computes the one before it; see `_step_overlapped`.
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, GenerationConfig
 
 from student_exercises.config import Config
 from student_exercises.engine.block_manager import BlockManager
@@ -27,6 +29,11 @@ from student_exercises.engine.scheduler import Scheduler
 from student_exercises.engine.sequence import PENDING_TOKEN, Sequence
 from student_exercises.sampling_params import SamplingParams
 
+logger = logging.getLogger(__name__)
+
+# Files a Hugging Face tokenizer is built from; a folder with none of them is not a model folder.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
 
 @dataclass(slots=True)
 class StepOutput:
@@ -34,14 +41,14 @@ class StepOutput:
     seq_id: int
     new_token_ids: list[int] = field(default_factory=list)
     finished: bool = False
-    finish_reason: str | None = None
+    finish_reason: str | None = None   # "stop" | "length" | "abort" | "error"
 
 
 class LLMEngine:
     def __init__(self, model: str, **config_fields):
         self.config = Config(model=model, **config_fields)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.config.model)
-        self.eos_token_id = self._eos_token_id()
+        self.tokenizer = load_tokenizer(self.config.model)
+        self.eos_token_ids = stop_token_ids_of(self.config.model, self.config.hf_config, self.tokenizer)
         self.model_runner = ModelRunner(self.config)
         self.log = LifecycleLog(self.config.lifecycle_log)
         self.block_manager = BlockManager(self.model_runner.num_kvcache_blocks, self.config.kvcache_block_size,
@@ -53,10 +60,6 @@ class LLMEngine:
         self._in_flight: InFlightStep | None = None   # async scheduling: a decode step not yet read back
         self._seq_ids = itertools.count()
         self._rng = torch.Generator().manual_seed(self.config.seed)
-
-    def _eos_token_id(self) -> int | None:
-        eos = self.config.hf_config.get("eos_token_id", self.tokenizer.eos_token_id)
-        return eos[0] if isinstance(eos, list) else eos
 
     # -- stage 1-3: admission ------------------------------------------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
@@ -77,6 +80,11 @@ class LLMEngine:
         """Refuse, with a reason, any request that could never be served."""
         if not isinstance(params, SamplingParams):
             raise TypeError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
+        params.validate()   # fields may have been changed since the object was built
+        vocab = self.config.hf_config["vocab_size"]
+        for token_id in params.stop_token_ids:
+            if token_id >= vocab:
+                raise ValueError(f"SamplingParams.stop_token_ids: {token_id} is outside the vocabulary [0, {vocab})")
         if not token_ids:
             raise ValueError("prompt is empty: a request needs at least one token")
         max_len = self.config.max_model_len
@@ -93,11 +101,22 @@ class LLMEngine:
                 f"request needs {blocks_needed} KV blocks ({stored_len} tokens) but the whole KV pool has "
                 f"{pool} blocks: it could never run; lower max_tokens")
 
-    def add_request(self, prompt: str | list[int], sampling_params: SamplingParams) -> int:
+    def add_request(self, prompt: str | list[int], sampling_params: SamplingParams,
+                    arrival_time: float | None = None) -> int:
         """Check, tokenize and queue one request; returns its seq_id. Raises on bad input, queuing nothing."""
         token_ids = self.tokenize(prompt)
         self.check_request(token_ids, sampling_params)
-        now = self.log.now()
+        return self.enqueue(token_ids, sampling_params, arrival_time)
+
+    def enqueue(self, token_ids: list[int], sampling_params: SamplingParams, arrival_time: float | None = None) -> int:
+        """Queue a request that `tokenize` and `check_request` already accepted; returns its seq_id.
+
+        Split from `add_request` so that a batch is tokenized and checked once,
+        all of it before any of it is queued (`LLM.generate`). `arrival_time`
+        lets a front end (the HTTP server) stamp ARRIVED when the request
+        reached it rather than when it reached the engine.
+        """
+        now = self.log.now() if arrival_time is None else arrival_time
         seq = Sequence(token_ids, sampling_params, self.config.kvcache_block_size, arrival_time=now,
                        seq_id=next(self._seq_ids))
         if not sampling_params.greedy:
@@ -120,12 +139,60 @@ class LLMEngine:
             raise ValueError(f"no unfinished request with seq_id {seq_id}")
         self._finish(seq, "abort", self.log.now())
 
+    def settle(self) -> None:
+        """Read back a step still in flight whose sequences have all finished, so the engine is idle.
+
+        Under async scheduling the last request can end on a stop token while
+        a step that would have given it one more token is already launched;
+        that token is thrown away, but the step must still be waited for.
+        """
+        if self._in_flight is not None and self.scheduler.is_finished():
+            in_flight, self._in_flight = self._in_flight, None
+            self._read_back(in_flight)
+
     # -- stage 3-5: one step ---------------------------------------------------
     def is_finished(self) -> bool:
         return self.scheduler.is_finished() and self._in_flight is None
 
     def step(self) -> list[StepOutput]:
-        """Schedule one batch, run it, and postprocess; returns what each sequence got."""
+        """Schedule one batch, run it, and postprocess; returns what each sequence got.
+
+        If running the batch fails (a kernel error, a sampler that cannot
+        sample), the requests of that batch, and of a step in flight, finish
+        with reason "error" and give their blocks back; every other request
+        and the engine itself go on. A failure before anything was scheduled
+        is an engine bug and is raised.
+        """
+        self._batch: list[Sequence] = []
+        in_flight = self._in_flight
+        try:
+            return self._step()
+        except Exception as err:
+            victims = [seq for seq in dict.fromkeys(self._batch + (in_flight.seqs if in_flight else []))
+                       if not seq.is_finished]
+            if not victims:
+                raise
+            self._in_flight = None
+            outputs = self._fail(victims, err)
+            self.step_index += 1
+            self.log.flush()
+            return outputs
+
+    def _fail(self, seqs: list[Sequence], err: Exception) -> list[StepOutput]:
+        """Finish `seqs` with reason "error", keeping the message on each sequence."""
+        message = f"{type(err).__name__}: {err}"
+        logger.error("step %d failed for requests %s: %s", self.step_index, [s.seq_id for s in seqs], message)
+        now = self.log.now()
+        outputs = []
+        for seq in seqs:
+            if seq.token_ids and seq.token_ids[-1] == PENDING_TOKEN:
+                seq.token_ids.pop()   # a placeholder whose real token will never be read
+            seq.error = message
+            self._finish(seq, "error", now)
+            outputs.append(StepOutput(seq.seq_id, finished=True, finish_reason="error"))
+        return outputs
+
+    def _step(self) -> list[StepOutput]:
         earlier: list[StepOutput] = []
         if self.config.async_scheduling:
             earlier, done = self._step_overlapped()
@@ -137,6 +204,7 @@ class LLMEngine:
             raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting and "
                                f"{len(self.scheduler.running)} running: a request cannot fit")
         self._log_step(seqs, is_prefill)
+        self._batch = seqs
         token_ids = self.model_runner.run(seqs, is_prefill)
         outputs = self.postprocess(seqs, token_ids)
         self.step_index += 1
@@ -190,6 +258,7 @@ class LLMEngine:
         if is_prefill or not seqs:
             raise RuntimeError("async scheduling expected a decode step (an engine bug, not a user error)")
         self._log_step(seqs, is_prefill)
+        self._batch = seqs
         self._in_flight = self.model_runner.launch_decode(seqs, previous)
         if previous is not None:
             outputs += self._resolve(previous)
@@ -273,7 +342,7 @@ class LLMEngine:
 
     def _stop_reason(self, seq: Sequence, token: int) -> str | None:
         params = seq.sampling_params
-        if (token == self.eos_token_id and not params.ignore_eos) or token in params.stop_token_ids:
+        if (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
             return "stop"
         if self._reaches_length_limit(seq):
             return "length"
@@ -293,3 +362,46 @@ class LLMEngine:
         raise NotImplementedError("lab1.emit_finish")
         # <<< EXERCISE lab1.emit_finish
         self.finished[seq.seq_id] = seq
+
+
+def load_tokenizer(folder: str):
+    """The folder's Hugging Face tokenizer; refuse a folder that has none.
+
+    Without this check `AutoTokenizer` can build a tokenizer with an almost
+    empty vocabulary from a folder that holds only weights, and every prompt
+    would silently become unknown tokens.
+    """
+    present = [name for name in TOKENIZER_FILES if (Path(folder) / name).is_file()]
+    if not present:
+        raise ValueError(f"{folder!r} has no tokenizer files (expected one of {', '.join(TOKENIZER_FILES)})")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    except Exception as err:
+        raise ValueError(f"cannot load the tokenizer from {folder!r} ({', '.join(present)}): "
+                         f"{type(err).__name__}: {err}") from err
+    if len(tokenizer) < 2:
+        raise ValueError(f"the tokenizer in {folder!r} ({', '.join(present)}) has {len(tokenizer)} token(s): "
+                         "it is not a usable vocabulary")
+    return tokenizer
+
+
+def stop_token_ids_of(folder: str, hf_config: dict, tokenizer) -> frozenset[int]:
+    """The ids that end a request (unless `ignore_eos`), chosen as transformers' `generate` chooses them.
+
+    `generation_config.json`, when the folder has one, decides (real Qwen3
+    checkpoints list two ids there); otherwise config.json's `eos_token_id`;
+    otherwise the tokenizer's. Each may be one id or a list, and every id in
+    the list stops. The stop token itself is kept in the output, as
+    transformers keeps it.
+    """
+    eos = None
+    if (Path(folder) / "generation_config.json").is_file():
+        try:
+            eos = GenerationConfig.from_pretrained(folder).eos_token_id
+        except Exception as err:
+            raise ValueError(f"{Path(folder) / 'generation_config.json'}: {type(err).__name__}: {err}") from err
+    if eos is None:
+        eos = hf_config.get("eos_token_id", tokenizer.eos_token_id)
+    if eos is None:
+        return frozenset()
+    return frozenset(eos if isinstance(eos, (list, tuple)) else [eos])

@@ -50,6 +50,7 @@ class Sequence:
         self.num_cached_tokens = 0
         self.num_scheduled_tokens = 0      # set by the scheduler for the current step
         self.finish_reason: str | None = None
+        self.error: str | None = None      # the message, when finish_reason is "error"
         self.num_preemptions = 0
         self.generator: torch.Generator | None = None   # for sampled (non-greedy) requests
         # The engine's own timestamps (metrics are checked against the log).

@@ -21,6 +21,7 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
         probs = torch.softmax(sorted_logits, dim=-1)
         mass_before = torch.cumsum(probs, dim=-1) - probs   # mass of strictly more likely tokens
         drop_sorted = mass_before >= top_p
+        drop_sorted[..., 0] = False   # the most likely token always stays, even if top_p rounds to 0
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits

@@ -22,24 +22,32 @@ def load_weights(model: nn.Module, folder: str) -> None:
     if not files:
         raise ValueError(f"no *.safetensors files in {folder!r}")
     for file in files:
-        with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():
-                tensor = f.get_tensor(name)
-                part = next((p for p in packed if f".{p}." in name), None)
-                if part is None:
-                    if name not in params:
-                        continue  # e.g. rotary buffers some exporters include
-                    params[name].data.copy_(tensor)
-                    loaded.add(name)
-                    continue
-                fused_part, shard = packed[part]
-                target_name = name.replace(f".{part}.", f".{fused_part}.")
-                target = params[target_name]
-                sizes = _shard_sizes(model, target_name, fused_part)
-                offset = sum(sizes[:shard])
-                target.data.narrow(0, offset, sizes[shard]).copy_(tensor)
-                loaded.add(f"{target_name}#{shard}")
+        try:
+            _load_file(file, params, packed, model, loaded)
+        except Exception as err:   # name the file: "header too large" alone does not say which
+            raise ValueError(f"{file}: cannot load weights: {type(err).__name__}: {err}") from err
     _check_complete(model, packed, loaded)
+
+
+def _load_file(file: Path, params: dict, packed: dict, model: nn.Module, loaded: set[str]) -> None:
+    """Copy the tensors of one safetensors file into their parameters."""
+    with safe_open(str(file), framework="pt") as f:
+        for name in f.keys():
+            tensor = f.get_tensor(name)
+            part = next((p for p in packed if f".{p}." in name), None)
+            if part is None:
+                if name not in params:
+                    continue  # e.g. rotary buffers some exporters include
+                params[name].data.copy_(tensor)
+                loaded.add(name)
+                continue
+            fused_part, shard = packed[part]
+            target_name = name.replace(f".{part}.", f".{fused_part}.")
+            target = params[target_name]
+            sizes = _shard_sizes(model, target_name, fused_part)
+            offset = sum(sizes[:shard])
+            target.data.narrow(0, offset, sizes[shard]).copy_(tensor)
+            loaded.add(f"{target_name}#{shard}")
 
 
 def _shard_sizes(model: nn.Module, param_name: str, fused_part: str) -> list[int]:
