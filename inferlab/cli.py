@@ -44,8 +44,25 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.mode == "serve":
+        from inferlab.bench_serve import run_bench_serve_cli
+        return run_bench_serve_cli(args)
     from inferlab.bench import run_bench
     run_bench(args)
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from inferlab.tiny_model import ensure_tiny_model
+    from reference.serving.api_server import serve
+    model = args.model or str(ensure_tiny_model())
+    engine = {"device": args.device, "dtype": args.dtype, "max_num_seqs": args.max_num_seqs,
+              "max_num_batched_tokens": args.max_num_batched_tokens, "kvcache_block_size": args.block_size,
+              "num_kvcache_blocks": args.num_kvcache_blocks, "max_model_len": args.max_model_len,
+              "enable_chunked_prefill": args.enable_chunked_prefill, "async_scheduling": args.async_scheduling,
+              "enforce_eager": args.enforce_eager, "lifecycle_log": args.lifecycle_log}
+    Console(stderr=True).print(f"serving [bold]{model}[/bold] on http://{args.host}:{args.port}/v1")
+    serve(model, args.host, args.port, args.served_model_name, args.max_waiting_requests, **engine)
     return 0
 
 
@@ -112,7 +129,29 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--no-handouts", action="store_true", help="skip assignments/*/README.md")
     build.add_argument("--timeout", type=int, default=600, help="seconds allowed per notebook cell")
     build.set_defaults(func=_cmd_build)
-    bench = sub.add_parser("bench", help="measure output throughput (and compare with transformers generate)")
+    serve = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (SSE, /metrics)")
+    serve.add_argument("model", nargs="?", default=None, help="Hugging Face model folder (default: the tiny model)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--served-model-name", default=None, help="the `model` clients send (default: folder name)")
+    serve.add_argument("--max-waiting-requests", type=int, default=256,
+                       help="past this many requests waiting, answer 503 with Retry-After")
+    serve.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    serve.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default="auto")
+    serve.add_argument("--max-num-seqs", type=int, default=256)
+    serve.add_argument("--max-num-batched-tokens", type=int, default=8192)
+    serve.add_argument("--max-model-len", type=int, default=None)
+    serve.add_argument("--block-size", type=int, default=16)
+    serve.add_argument("--num-kvcache-blocks", type=int, default=None)
+    serve.add_argument("--enable-chunked-prefill", action="store_true")
+    serve.add_argument("--async-scheduling", action="store_true")
+    serve.add_argument("--enforce-eager", action="store_true")
+    serve.add_argument("--lifecycle-log", default=None, help="write the lifecycle log (JSONL) here")
+    serve.set_defaults(func=_cmd_serve)
+
+    bench = sub.add_parser("bench", help="measure output throughput offline, or load a server (`bench serve`)")
+    bench.add_argument("mode", nargs="?", choices=["offline", "serve"], default="offline",
+                       help="offline: the engine in this process; serve: an HTTP server at --url")
     bench.add_argument("--workload", choices=["bench-256", "quick"], default="quick")
     bench.add_argument("--shape", choices=["qwen3-0.6b"], default="qwen3-0.6b",
                        help="random-weight model of this shape (no download)")
@@ -130,6 +169,24 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--block-size", type=int, default=16)
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", default=None, help="write the results as JSON here")
+    serve_load = bench.add_argument_group("bench serve (an online load against --url)")
+    serve_load.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
+    serve_load.add_argument("--served-model-name", default=None, help="default: the server's first model")
+    serve_load.add_argument("--request-rate", type=float, nargs="+", default=[float("inf")],
+                            help="requests/s (Poisson); several values sweep; inf sends all at once")
+    serve_load.add_argument("--burstiness", type=float, default=1.0,
+                            help="gamma shape of the arrival gaps: 1 is Poisson, <1 burstier, >1 more regular")
+    serve_load.add_argument("--num-prompts", type=int, default=64)
+    serve_load.add_argument("--dataset", choices=["random", "sharegpt"], default="random")
+    serve_load.add_argument("--dataset-path", default=None, help="ShareGPT-format JSON file")
+    serve_load.add_argument("--random-input-len", type=int, default=128)
+    serve_load.add_argument("--random-output-len", type=int, default=64)
+    serve_load.add_argument("--random-range-ratio", type=float, default=0.0,
+                            help="lengths uniform in [len*(1-r), len*(1+r)]")
+    serve_load.add_argument("--goodput", nargs="*", default=[], metavar="KEY:MS",
+                            help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:5000 (milliseconds)")
+    serve_load.add_argument("--max-concurrency", type=int, default=None)
+    serve_load.add_argument("--plot", default=None, help="write a latency/goodput-vs-rate PNG here")
     bench.set_defaults(func=_cmd_bench)
 
     from grading.cli import add_parsers as add_grading_parsers   # `inferlab golden ...`, `inferlab grade ...`

@@ -13,6 +13,7 @@ from typing import Iterator, Sequence as Seq
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from student_exercises.detokenizer import IncrementalDetokenizer
 from student_exercises.engine.llm_engine import LLMEngine, StepOutput
 from student_exercises.sampling_params import SamplingParams
 
@@ -173,18 +174,12 @@ class LLM(LLMEngine):
         """
         seq_ids = self._submit(prompts, sampling_params)
         index = {seq_id: i for i, seq_id in enumerate(seq_ids)}
-        received: dict[int, list[int]] = {seq_id: [] for seq_id in seq_ids}
-        sent_text = {seq_id: "" for seq_id in seq_ids}
+        detokenizers = {seq_id: IncrementalDetokenizer(self.tokenizer) for seq_id in seq_ids}
         pending = set(seq_ids)
         try:
             while pending:
                 for out in self._outputs_for(pending):
-                    received[out.seq_id] += out.new_token_ids
-                    text = self.tokenizer.decode(received[out.seq_id], skip_special_tokens=True)
-                    if text.endswith("\ufffd") and not out.finished:
-                        text = sent_text[out.seq_id]  # wait for the rest of the character
-                    delta = text[len(sent_text[out.seq_id]):]
-                    sent_text[out.seq_id] = text
+                    delta = detokenizers[out.seq_id].push(out.new_token_ids, out.finished)
                     if out.finished:
                         pending.discard(out.seq_id)
                     if delta or out.new_token_ids or out.finished:

@@ -1,0 +1,5 @@
+# Generated from reference/serving/__init__.py by `inferlab exercises build`. Write your code only inside the EXERCISE regions.
+"""Serving the engine over HTTP: an OpenAI-compatible API, SSE streaming and Prometheus metrics.
+
+Imported only by `inferlab serve` (FastAPI, uvicorn and prometheus_client are needed here alone).
+"""
