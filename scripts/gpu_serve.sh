@@ -18,9 +18,9 @@ inferlab serve "$model" --port 8321 --served-model-name qwen3-0.6b-random --dtyp
   --lifecycle-log "$OUT/serve_lifecycle.jsonl" --async-scheduling > "$OUT/server.txt" 2>&1 &
 server=$!
 for _ in $(seq 1 180); do curl -sf http://127.0.0.1:8321/health >/dev/null && break; sleep 1; done
-# 400 prompts per rate, 102-921 tokens in and 51-460 out (random token ids, ignore_eos).
-inferlab bench serve --url http://127.0.0.1:8321 --num-prompts 400 --random-input-len 512 --random-output-len 256 \
-  --random-range-ratio 0.8 --request-rate 4 8 16 32 64 128 inf --goodput ttft:500 tpot:50 \
+# 300 prompts per rate, 102-921 tokens in and 51-460 out (random token ids, ignore_eos).
+inferlab bench serve --url http://127.0.0.1:8321 --num-prompts 300 --random-input-len 512 --random-output-len 256 \
+  --random-range-ratio 0.8 --request-rate 8 16 32 64 128 inf --goodput ttft:500 tpot:50 \
   --out "$OUT/serve_curve.json" --plot "$OUT/serve_curve.png" 2>&1 | tee "$OUT/bench_serve.txt"
 curl -s http://127.0.0.1:8321/metrics > "$OUT/metrics.txt"
 kill -INT $server; wait $server
