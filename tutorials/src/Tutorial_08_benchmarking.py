@@ -188,6 +188,73 @@ plt.show()
 # - 只有 32 个请求时，P99 基本就是最大值，而且受运气影响很大。正式的 benchmark 要用更多请求、跑更久，并报告样本数。
 
 # %% [markdown]
+# ## 4b. 真正的服务：HTTP、SSE 与 `inferlab bench serve`
+#
+# 上面的 "在线测试" 把客户端和引擎放在同一个 Python 循环里模拟。真实的服务是：一个 **API server** 进程
+# （`inferlab serve`，FastAPI + uvicorn）收 HTTP 请求，引擎在它自己的线程里一步一步跑；多个 HTTP 客户端的请求在两步之间
+# 加入、离开同一个 batch（continuous batching），token 以 Server-Sent Events（SSE）的形式流回客户端。
+# 压测工具 `inferlab bench serve` 和 `vllm bench serve` 一样：按 Poisson 到达发请求，在 **客户端** 计时，报告
+# TTFT、TPOT、ITL、E2EL 和 goodput。（架构和指标名见 `docs/serving.md`。）
+#
+# 下面在本机 127.0.0.1 上起一个 server（tiny 模型，CPU），先用官方 `openai` 客户端流式调用一次，再扫三个到达速率。
+
+# %%
+import json as _json
+import tempfile
+from pathlib import Path
+import signal
+import socket
+import subprocess
+import sys
+
+import httpx
+from openai import OpenAI
+
+with socket.socket() as _s:
+    _s.bind(("127.0.0.1", 0))
+    PORT = _s.getsockname()[1]
+URL = f"http://127.0.0.1:{PORT}"
+server = subprocess.Popen([sys.executable, "-m", "inferlab.cli", "serve", MODEL, "--port", str(PORT),
+                           "--served-model-name", "tiny", "--dtype", "float32"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(600):
+    try:
+        if httpx.get(f"{URL}/health", timeout=1).status_code == 200:
+            break
+    except httpx.HTTPError:
+        time.sleep(0.2)
+else:
+    raise RuntimeError("the server did not start")
+
+client = OpenAI(base_url=f"{URL}/v1", api_key="unused")
+chunks = list(client.completions.create(model="tiny", prompt="什么是 KV cache？", max_tokens=8, temperature=0,
+                                        stream=True, extra_body={"ignore_eos": True}))
+print(f"{len(chunks)} SSE chunks:", [c.choices[0].text for c in chunks])
+
+# %%
+report_path = Path(tempfile.mkdtemp()) / "serve.json"
+subprocess.run([sys.executable, "-m", "inferlab.cli", "bench", "serve", "--url", URL, "--num-prompts", "24",
+                "--random-input-len", "32", "--random-output-len", "16", "--random-range-ratio", "0.5",
+                "--request-rate", "5", "20", "inf", "--goodput", "ttft:200", "--out", str(report_path)], check=True)
+report = _json.loads(report_path.read_text())
+for r in report["runs"]:
+    assert r["completed"] == 24 and r["goodput"] <= r["request_throughput"]
+served = [line for line in httpx.get(f"{URL}/metrics").text.splitlines()
+          if line.startswith("inferlab:time_to_first_token_seconds_count")]
+print(served[0])
+server.send_signal(signal.SIGINT)
+assert server.wait(timeout=30) is not None    # graceful shutdown: the server process is gone
+
+# %% [markdown]
+# 读表：
+#
+# - 这里的 TTFT 从 **客户端发出请求** 算起，包括 HTTP、JSON 解析、tokenize、等待两步之间的空档，以及 SSE 写回的时间
+#   （讲义里的 T_return）。server 自己的 `/metrics` 里的 TTFT 从 **收到请求** 算起，所以客户端的数永远不小于它。
+# - 速率 `inf` 一次把所有请求发出去：它给出的是这台机器上这个 server 的最大吞吐；有限速率下 goodput 和吞吐的差距就是 SLO 的代价。
+# - 在 GPU 上，同一个 server 在 8–16 req/s 之间出现拐点（`docs/performance.md` 的 "Serving" 一节）：越过拐点，TPOT 超过 SLO，
+#   队列变长，goodput 下降而 throughput 持平。那一节也记录了一个真实的瓶颈：API 和引擎在同一个进程里争 GIL。
+
+# %% [markdown]
 # ## 5. 公平比较
 #
 # 比较两个系统（或同一系统的两个配置）时，需要：
