@@ -1,4 +1,4 @@
-"""InferLab's autograder: harness, sandboxed runner, golden outputs, judge, reports (DESIGN.md §4).
+"""InferLab's autograder: harness, sandboxed runner, golden outputs, judge, reports (docs/design.md §4).
 
 The modules, in the order a grade is made:
 

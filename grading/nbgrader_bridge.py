@@ -1,7 +1,7 @@
 """`inferlab grade nbgrader --lab labN --course DIR [--results DIR]`: nbgrader's notebook scores, next to ours.
 
 Some parts of a lab are answered in notebooks (written questions, small
-autograded cells). nbgrader 0.9.6 grades those headless (DESIGN.md §4):
+autograded cells). nbgrader 0.9.6 grades those headless (docs/design.md §4):
 
     nbgrader generate_assignment <a> --force     (from the course root: source/ -> release/)
     nbgrader autograde <a> --force               (submitted/<student>/<a>/ -> autograded/, gradebook.db)

@@ -6,7 +6,7 @@ Two ways to start the same process:
   torch and transformers imported already (about 5 s saved per item on a
   2-core machine);
 - `FreshSpawner`: `python -I -B -m pytest ...` (or a script) started from
-  scratch, the literal command of DESIGN.md §4, used with `--spawn fresh`.
+  scratch, the literal command of docs/design.md §4, used with `--spawn fresh`.
 
 Either way the child has its own session and process group, a clean
 environment, RLIMIT_FSIZE, and stdout+stderr going to a pipe that a grader

@@ -1,6 +1,6 @@
 """`inferlab bench`: output throughput of the engine, and of Hugging Face `generate`, on one workload.
 
-bench-256 (DESIGN.md §6): 256 requests, prompt and output lengths uniform in
+bench-256 (docs/design.md §6): 256 requests, prompt and output lengths uniform in
 100..1024 (seeded), random token ids, ignore_eos. Throughput counts output
 tokens over wall time including prefill. `--compare hf` runs transformers'
 `generate` on the same requests in the same process: batched, left-padded,

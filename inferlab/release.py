@@ -1,4 +1,4 @@
-"""`inferlab release --lab labN --out DIR`: the repository a student gets for one lab (DESIGN.md §3).
+"""`inferlab release --lab labN --out DIR`: the repository a student gets for one lab (docs/design.md §3).
 
 It contains `student_exercises/` with the regions of earlier labs filled in
 with their solutions (a student of lab 3 gets a working block manager) and
@@ -199,6 +199,8 @@ def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
         shutil.copy2(root / "inferlab" / name, tools / name)
     handout = _copy_handout(root, lab, out)
     has_tutorials = _copy_tutorials(root, out)
+    (out / "docs").mkdir()
+    shutil.copy2(root / "docs" / "design.md", out / "docs" / "design.md")   # the public tests cite it
     (out / "pyproject.toml").write_text(pyproject(lab, _dependencies(root)), encoding="utf-8")
     (out / "README.md").write_text(readme(lab, tree, handout, has_tutorials), encoding="utf-8")
     (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n.venv/\n.pytest_cache/\nbuild/\n", encoding="utf-8")

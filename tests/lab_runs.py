@@ -40,7 +40,7 @@ def zygote_env(cache: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(INFERLAB_CACHE=str(cache), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1", TOKENIZERS_PARALLELISM="false",
-               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")   # only the plugins we name with -p (DESIGN.md §4)
+               PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")   # only the plugins we name with -p (docs/design.md §4)
     return env
 
 

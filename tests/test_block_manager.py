@@ -4,8 +4,7 @@ Sequences are built by hand and "computed" by calling `mark_computed`, exactly
 as the engine's postprocess does after a forward pass. Expected block counts,
 orders and reference counts are worked out here from the rules in the module
 docstrings (ceil arithmetic, least-recently-freed first), never read back from
-the code under test. Numbers in docstrings refer to DESIGN.md §2, "Edge cases
-other engines got wrong".
+the code under test. Numbers in docstrings refer to docs/design.md §2, "Edge cases".
 """
 from __future__ import annotations
 

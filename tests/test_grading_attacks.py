@@ -1,4 +1,4 @@
-"""Attacks on the grader (DESIGN.md §4), each a fake lab 2 submission, graded in one batch with `-j 2`.
+"""Attacks on the grader (docs/design.md §4), each a fake lab 2 submission, graded in one batch with `-j 2`.
 
 Every attack must score 0 on the items it targets and be named in that
 student's result. The batch also holds the reference solution, which must

@@ -1,4 +1,4 @@
-"""The public lab suites can fail, do fail on unwritten code, and catch the bug zoo (DESIGN.md §3).
+"""The public lab suites can fail, do fail on unwritten code, and catch the bug zoo (docs/design.md §3).
 
 One module-scoped fixture builds every tree and runs every suite in child
 processes, as many at once as there are cores; the tests below only read the

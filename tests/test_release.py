@@ -71,6 +71,8 @@ def test_lab2_release_installs_fails_on_stubs_and_passes_when_filled(tmp_path):
     cache = tmp_path / "cache"
     ensure_tiny_model(cache / "tiny-qwen3-seed0")
     release = make_release("lab2", tmp_path / "release")
+    assert "docs/design.md" in (release / "student_exercises/tests/test_lab2_block_manager.py").read_text()
+    assert (release / "docs/design.md").is_file(), "the public tests cite docs/design.md: the release must ship it"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
 

@@ -10,7 +10,7 @@ shared all show up there.
 
 Expected schedules are worked out by hand in each test from the policy in the
 scheduler's docstring (prefill first, FCFS, newest request preempted).
-Numbers in docstrings refer to DESIGN.md §2, "Edge cases other engines got wrong".
+Numbers in docstrings refer to docs/design.md §2, "Edge cases".
 """
 from __future__ import annotations
 

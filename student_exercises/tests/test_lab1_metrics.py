@@ -2,7 +2,7 @@
 
 Every log here is written by hand with times chosen as exact binary fractions,
 and every expected metric is worked out in the test by plain arithmetic from
-the definitions (vLLM's metrics design, DESIGN.md §2):
+the definitions (vLLM's metrics design, docs/design.md §2):
 
     queue time = first SCHEDULED - ARRIVED      TTFT = FIRST_TOKEN - ARRIVED
     TPOT = (FINISHED - FIRST_TOKEN) / (output tokens - 1)

@@ -11,7 +11,7 @@ module docstring:
   of the block before it; a cached block is shared (ref_count counts holders);
 - a prefix hit never covers the last token of a sequence.
 
-Numbers in docstrings refer to DESIGN.md §2, "Edge cases other engines got wrong".
+Numbers in docstrings refer to docs/design.md §2, "Edge cases".
 """
 from __future__ import annotations
 

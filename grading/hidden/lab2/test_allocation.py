@@ -1,4 +1,4 @@
-"""Hidden lab 2 tests: allocation, free-list order and block boundaries (DESIGN.md §2 edge cases 3, 5, 7).
+"""Hidden lab 2 tests: allocation, free-list order and block boundaries (docs/design.md §2, edge cases 3, 5, 7).
 
 Observation only: the grader compares what these record with the reference's record.
 """

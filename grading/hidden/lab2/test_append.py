@@ -1,4 +1,4 @@
-"""Hidden lab 2 tests: decode appends at block boundaries (DESIGN.md §2 edge case 5).
+"""Hidden lab 2 tests: decode appends at block boundaries (docs/design.md §2, edge case 5).
 
 A new block is needed exactly when the next token starts a block.
 """

@@ -3,7 +3,7 @@
 Block tables after every step, scheduling decisions, greedy tokens and the
 lifecycle log (times dropped) are observed and compared step by step with the
 reference. The workloads are fixed; the KV pools are tight enough to force
-preemption, prefix hits after preemption (DESIGN.md §2 edge case 4) and a
+preemption, prefix hits after preemption (docs/design.md §2, edge case 4) and a
 refused request (edge case 8).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hidden lab 2 tests: prefix caching (DESIGN.md §2 edge cases 1 and 7).
+"""Hidden lab 2 tests: prefix caching (docs/design.md §2, edge cases 1 and 7).
 
 Hits are full, computed blocks whose chained hash matches; never the last
 token; shared blocks count every holder and go back to the pool only when the

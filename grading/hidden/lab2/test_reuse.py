@@ -1,4 +1,4 @@
-"""Hidden lab 2 tests: freed blocks, revived hits and reuse (DESIGN.md §2 edge cases 2, 3 and 4).
+"""Hidden lab 2 tests: freed blocks, revived hits and reuse (docs/design.md §2, edge cases 2, 3 and 4).
 
 A freed block keeps its hash until it is handed out again; then the old hash
 entry must go, or a later prompt would hit someone else's K/V.

@@ -1,7 +1,7 @@
 """Hidden lab 3 tests: admission (prefill first, first come first served, seats, token budget, KV blocks).
 
 Schedules are observed step by step with the reference block manager and a
-fake model; DESIGN.md §2 edge cases 1 and 8 at the scheduler's level.
+fake model; docs/design.md §2, edge cases 1 and 8 at the scheduler's level.
 """
 from __future__ import annotations
 

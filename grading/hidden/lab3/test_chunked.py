@@ -1,4 +1,4 @@
-"""Hidden lab 3 tests (stretch): chunked prefill (DESIGN.md §2 edge case 9, the scheduler's part).
+"""Hidden lab 3 tests (stretch): chunked prefill (docs/design.md §2, edge case 9, the scheduler's part).
 
 A prompt larger than the budget is computed in budget-sized chunks; running
 prompts mid-prefill get their next chunk before anyone new is admitted; an

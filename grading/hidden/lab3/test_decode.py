@@ -1,4 +1,4 @@
-"""Hidden lab 3 tests: decode batches and preemption by recompute (DESIGN.md §2 edge cases 3 and 4).
+"""Hidden lab 3 tests: decode batches and preemption by recompute (docs/design.md §2, edge cases 3 and 4).
 
 The newest running request gives way; it is requeued at the front with
 status WAITING; a sequence with nobody left to evict preempts itself and is

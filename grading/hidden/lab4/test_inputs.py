@@ -1,4 +1,4 @@
-"""Hidden lab 4 tests: the model runner's inputs (DESIGN.md §2 edge cases 5, 6 and 9).
+"""Hidden lab 4 tests: the model runner's inputs (docs/design.md §2, edge cases 5, 6 and 9).
 
 Sequences with hand-made, non-contiguous block tables go through
 prepare_prefill and prepare_decode of the runner under test; every tensor it
