@@ -57,7 +57,8 @@ class LLM(LLMEngine):
 
     Several callers can share one LLM: two streams interleaved, or `generate`
     inside a stream loop. Each caller owns its requests: whichever caller
-    drives `step()`, every output is put in its owner's inbox, so nobody's
+    drives `step()` (each caller calls it directly, as the lecture's call chain
+    draws), every output is put in its owner's inbox, so nobody's
     tokens are lost or taken. A caller that goes away (a stream closed,
     abandoned or garbage-collected) aborts what it still owns, and a caller
     always collects its finished results, so `self.finished` does not grow.
@@ -66,7 +67,6 @@ class LLM(LLMEngine):
     def __init__(self, model: str, **config_fields):
         super().__init__(model, **config_fields)
         self._inboxes: dict[int, deque[StepOutput]] = {}
-        self._stepping = False
         self._deferred_aborts: list[int] = []
 
     def _submit(self, prompts, sampling_params) -> list[int]:
@@ -86,23 +86,15 @@ class LLM(LLMEngine):
             self._inboxes[seq_id] = deque()
         return seq_ids
 
-    def _outputs_for(self, owned: set[int]) -> list[StepOutput]:
-        """The next outputs of the requests in `owned`, stepping the engine until there are some."""
-        while True:
-            got = [out for seq_id in owned for out in _drain(self._inboxes[seq_id])]
-            if got:
-                return got
-            if self.is_finished():
-                raise RuntimeError(f"requests {sorted(owned)} are neither running nor finished (an engine bug)")
-            self._pump()
+    def _buffered(self, owned: set[int]) -> list[StepOutput]:
+        """Outputs of the requests in `owned` that some step already produced; steps nothing."""
+        got = [out for seq_id in owned for out in _drain(self._inboxes[seq_id])]
+        if not got and self.is_finished():
+            raise RuntimeError(f"requests {sorted(owned)} are neither running nor finished (an engine bug)")
+        return got
 
-    def _pump(self) -> None:
-        """One engine step; each output goes to its owner's inbox (outputs nobody owns are dropped)."""
-        self._stepping = True
-        try:
-            outputs = self.step()
-        finally:
-            self._stepping = False
+    def _route(self, outputs: list[StepOutput]) -> None:
+        """Put each output of a step in its owner's inbox (outputs nobody owns are dropped)."""
         for out in outputs:
             inbox = self._inboxes.get(out.seq_id)
             if inbox is not None:
@@ -122,7 +114,7 @@ class LLM(LLMEngine):
         A stream can be garbage-collected while another caller is inside
         `step()`; its aborts then wait until that step is over.
         """
-        if self._stepping:
+        if self.in_step:
             self._deferred_aborts.extend(seq_ids)
             return
         for seq_id in seq_ids:
@@ -146,7 +138,10 @@ class LLM(LLMEngine):
                           disable=not use_tqdm, transient=True) as progress:
                 task = progress.add_task("generate", total=len(seq_ids))
                 while pending:
-                    for out in self._outputs_for(pending):
+                    outputs = self._buffered(pending)
+                    if not outputs:
+                        self._route(self.step())
+                    for out in outputs:
                         if out.finished:
                             pending.discard(out.seq_id)
                             progress.advance(task)
@@ -177,7 +172,10 @@ class LLM(LLMEngine):
         pending = set(seq_ids)
         try:
             while pending:
-                for out in self._outputs_for(pending):
+                outputs = self._buffered(pending)
+                if not outputs:
+                    self._route(self.step())
+                for out in outputs:
                     delta = detokenizers[out.seq_id].push(out.new_token_ids, out.finished)
                     if out.finished:
                         pending.discard(out.seq_id)

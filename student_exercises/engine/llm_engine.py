@@ -58,6 +58,7 @@ class LLMEngine:
         self.finished: dict[int, Sequence] = {}    # finished, until the caller collects them
         self.step_index = 0
         self._in_flight: InFlightStep | None = None   # async scheduling: a decode step not yet read back
+        self.in_step = False   # True while step() runs: a garbage-collected stream must not abort mid-step
         self._seq_ids = itertools.count()
         self._rng = torch.Generator().manual_seed(self.config.seed)
 
@@ -165,18 +166,41 @@ class LLMEngine:
         """
         self._batch: list[Sequence] = []
         in_flight = self._in_flight
+        self.in_step = True
         try:
-            return self._step()
-        except Exception as err:
-            victims = [seq for seq in dict.fromkeys(self._batch + (in_flight.seqs if in_flight else []))
-                       if not seq.is_finished]
-            if not victims:
-                raise
-            self._in_flight = None
-            outputs = self._fail(victims, err)
+            earlier: list[StepOutput] = []
+            if self.config.async_scheduling:
+                earlier, done = self._step_overlapped()
+                if done:
+                    return earlier
+            self.scheduler.step = self.step_index
+            seqs, is_prefill = self.scheduler.schedule()
+            if not seqs:
+                raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting and "
+                                   f"{len(self.scheduler.running)} running: a request cannot fit")
+            self._log_step(seqs, is_prefill)
+            self._batch = seqs
+            token_ids = self.model_runner.run(seqs, is_prefill)
+            outputs = self.postprocess(seqs, token_ids)
             self.step_index += 1
             self.log.flush()
-            return outputs
+            return earlier + outputs
+        except Exception as err:
+            return self._recover(err, in_flight)
+        finally:
+            self.in_step = False
+
+    def _recover(self, err: Exception, in_flight: InFlightStep | None) -> list[StepOutput]:
+        """Fail the requests of the batch (and of a step in flight) that raised; re-raise if there were none."""
+        victims = [seq for seq in dict.fromkeys(self._batch + (in_flight.seqs if in_flight else []))
+                   if not seq.is_finished]
+        if not victims:
+            raise err
+        self._in_flight = None
+        outputs = self._fail(victims, err)
+        self.step_index += 1
+        self.log.flush()
+        return outputs
 
     def _fail(self, seqs: list[Sequence], err: Exception) -> list[StepOutput]:
         """Finish `seqs` with reason "error", keeping the message on each sequence."""
@@ -191,25 +215,6 @@ class LLMEngine:
             self._finish(seq, "error", now)
             outputs.append(StepOutput(seq.seq_id, finished=True, finish_reason="error"))
         return outputs
-
-    def _step(self) -> list[StepOutput]:
-        earlier: list[StepOutput] = []
-        if self.config.async_scheduling:
-            earlier, done = self._step_overlapped()
-            if done:
-                return earlier
-        self.scheduler.step = self.step_index
-        seqs, is_prefill = self.scheduler.schedule()
-        if not seqs:
-            raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting and "
-                               f"{len(self.scheduler.running)} running: a request cannot fit")
-        self._log_step(seqs, is_prefill)
-        self._batch = seqs
-        token_ids = self.model_runner.run(seqs, is_prefill)
-        outputs = self.postprocess(seqs, token_ids)
-        self.step_index += 1
-        self.log.flush()
-        return earlier + outputs
 
     def _log_step(self, seqs: list[Sequence], is_prefill: bool) -> None:
         # >>> EXERCISE lab1.emit_step: Log one STEP event (seq_id None) describing the batch just scheduled.
