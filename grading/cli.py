@@ -7,13 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-LABS = ("lab1", "lab2", "lab3", "lab4", "lab5")
-
-
-def graded_labs() -> list[str]:
-    """Labs that have a rubric (assignments/labN_*/rubric.json)."""
-    from grading.paths import ASSIGNMENTS
-    return sorted({p.parent.name.split("_", 1)[0] for p in ASSIGNMENTS.glob("lab*_*/rubric.json")})
+from inferlab.labs import graded_labs
 
 
 def _cmd_golden(args: argparse.Namespace) -> int:
@@ -77,14 +71,14 @@ def _cmd_grade_nbgrader(args: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     golden = sub.add_parser("golden", help="build or check the reference's golden outputs for grading")
     golden.add_argument("action", choices=["build", "check"])
-    golden.add_argument("--lab", choices=LABS, default=None, help="one lab (default: every lab with a rubric)")
+    golden.add_argument("--lab", choices=graded_labs(), default=None, help="one lab (default: every lab with a rubric)")
     golden.add_argument("--spawn", choices=["fork", "fresh"], default="fork")
     golden.set_defaults(func=_cmd_golden)
 
     grade = sub.add_parser("grade", help="grade submissions, write reports, bridge nbgrader")
     actions = grade.add_subparsers(dest="grade_action", required=True)
     run = actions.add_parser("run", help="grade every submission of a lab (nbgrader layout DIR/<student>/<lab>/)")
-    run.add_argument("--lab", required=True, choices=LABS)
+    run.add_argument("--lab", required=True, choices=graded_labs())
     run.add_argument("--submissions", required=True, help="folder of <student_id>/<lab>/ submissions")
     run.add_argument("--out", required=True, help="results folder: one <student_id>.json per submission")
     run.add_argument("-j", "--jobs", type=int, default=1, help="submissions graded at once")
@@ -101,7 +95,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--out", default=None, help="where to write (default: RESULTS/report)")
     report.set_defaults(func=_cmd_grade_report)
     nb = actions.add_parser("nbgrader", help="autograde the lab's notebooks with nbgrader, merge into the gradebook rows")
-    nb.add_argument("--lab", required=True, choices=LABS)
+    nb.add_argument("--lab", required=True, choices=graded_labs())
     nb.add_argument("--course", required=True, help="nbgrader course root (source/, submitted/)")
     nb.add_argument("--assignment", default=None, help="nbgrader assignment name (default: the lab)")
     nb.add_argument("--results", default=None, help="a `grade run` results folder to merge the notebook scores into")

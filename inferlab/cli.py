@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("log")
     trace.set_defaults(func=_cmd_trace)
 
-    labs = ["lab1", "lab2", "lab3", "lab4"]
+    from inferlab.labs import exercise_labs
+    labs = exercise_labs()
     exercises = sub.add_parser("exercises", help="build, check or list student_exercises/ (cut from reference/)")
     exercises.add_argument("action", choices=["build", "check", "list"])
     exercises.set_defaults(func=_cmd_exercises)

@@ -32,11 +32,12 @@ from inferlab.regions import (
     stub_body,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+from inferlab.labs import ROOT, exercise_labs  # noqa: E402
+
 REFERENCE = "reference"
 PACKAGE = "student_exercises"
 TESTS_DIR = "tests"   # inside PACKAGE: hand-written, left alone by the generator
-LABS = ("lab1", "lab2", "lab3", "lab4")
+LABS = tuple(exercise_labs(ROOT))   # from the registry (inferlab/labs.py)
 
 _IMPORT_RE = re.compile(rf"^(?P<lead>[ \t]*(?:from|import)[ \t]+){REFERENCE}(?=[.\s])", re.M)
 

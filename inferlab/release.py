@@ -28,7 +28,7 @@ from inferlab.exercises import (
 )
 
 # What a release needs from the `inferlab` package: the tests build the tiny model, `inferlab check` scores.
-TOOL_MODULES = ("__init__.py", "tiny_model.py", "selfcheck.py", "score_plugin.py")
+TOOL_MODULES = ("__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py")
 TUTORIAL_SUFFIXES = (".ipynb", ".py", ".md")
 
 

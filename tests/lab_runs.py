@@ -18,10 +18,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inferlab.labs import exercise_labs
 from inferlab.selfcheck import TESTS, SuiteRun, pytest_command
 
 ROOT = Path(__file__).resolve().parents[1]
-LABS = ("lab1", "lab2", "lab3", "lab4")
+LABS = tuple(exercise_labs())
 ALL_LABS = " or ".join(LABS)
 RUN_TIMEOUT_S = 300
 
