@@ -21,7 +21,8 @@ from transformers import AutoTokenizer
 from reference.config import Config
 from reference.engine.block_manager import BlockManager
 from reference.engine.lifecycle import LifecycleLog
-from reference.engine.model_runner import InFlightStep, ModelRunner
+from reference.distributed.tp_runner import make_model_runner
+from reference.engine.model_runner import InFlightStep
 from reference.engine.scheduler import Scheduler
 from reference.engine.sequence import PENDING_TOKEN, Sequence
 from reference.sampling_params import SamplingParams
@@ -41,7 +42,7 @@ class LLMEngine:
         self.config = Config(model=model, **config_fields)
         self.tokenizer = AutoTokenizer.from_pretrained(self.config.model)
         self.eos_token_id = self._eos_token_id()
-        self.model_runner = ModelRunner(self.config)
+        self.model_runner = make_model_runner(self.config)
         self.log = LifecycleLog(self.config.lifecycle_log)
         self.block_manager = BlockManager(self.model_runner.num_kvcache_blocks, self.config.kvcache_block_size,
                                           self.config.enable_prefix_caching)
