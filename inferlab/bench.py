@@ -164,7 +164,10 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
         "attention_backend": llm.model_runner.backend.name, "cuda_graphs": bool(llm.model_runner.graphs),
         "async_scheduling": llm.config.async_scheduling,
         "num_kvcache_blocks": llm.model_runner.num_kvcache_blocks, "dtype": str(llm.config.torch_dtype),
+        "tensor_parallel_size": llm.config.tensor_parallel_size,
     }
+    if hasattr(llm.model_runner, "close"):
+        llm.model_runner.close()   # TP workers: stop them before the next engine starts its own
     del llm
     return result
 
@@ -225,7 +228,10 @@ def run_bench(args, console: Console | None = None) -> dict:
                   f"output tokens; model {model_dir}; {device} {args.dtype}")
     config = dict(device=device, dtype=args.dtype, attention_backend=args.backend, enforce_eager=args.enforce_eager,
                   max_num_seqs=args.max_num_seqs, kvcache_block_size=args.block_size,
-                  max_num_batched_tokens=args.max_num_batched_tokens)
+                  max_num_batched_tokens=args.max_num_batched_tokens,
+                  tensor_parallel_size=getattr(args, "tensor_parallel_size", 1))
+    if config["tensor_parallel_size"] > 1 and args.scheduling != "sync":
+        raise SystemExit("--tensor-parallel-size > 1 needs --scheduling sync (async scheduling is single-GPU only)")
     modes = ["sync", "async"] if args.scheduling == "both" else [args.scheduling]
     result = {"workload": args.workload, "seed": args.seed, "model": model_dir,
               "settings": {**config, "scheduling": args.scheduling}, "environment": environment(device),
