@@ -41,11 +41,13 @@ def make_workload(name: str, vocab_size: int, seed: int = 0) -> list[Request]:
 
 
 def make_random_model(out_dir: str | Path, shape: dict = QWEN3_0_6B, seed: int = 0,
-                      dtype: torch.dtype = torch.bfloat16) -> Path:
+                      dtype: torch.dtype = torch.bfloat16, device: str = "cpu") -> Path:
     """A Hugging Face folder with random weights of the given Qwen3 shape (no download).
 
     Weights are drawn directly as tensors (normal, std 0.02; norms at 1), which
     takes seconds where building the transformers module would take minutes.
+    `device="cuda"` draws them on the GPU (an 8B shape: seconds instead of a
+    minute); the weights then differ from the CPU's for the same seed.
     """
     import transformers
     from safetensors.torch import save_file
@@ -57,12 +59,12 @@ def make_random_model(out_dir: str | Path, shape: dict = QWEN3_0_6B, seed: int =
     out.mkdir(parents=True, exist_ok=True)
     config = transformers.Qwen3Config(**shape, dtype=str(dtype).replace("torch.", ""))
     config.save_pretrained(out)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device).manual_seed(seed)
     h, i, d = shape["hidden_size"], shape["intermediate_size"], shape["head_dim"]
     q, kv = shape["num_attention_heads"] * d, shape["num_key_value_heads"] * d
 
     def rand(*size):
-        return (torch.randn(*size, generator=gen) * 0.02).to(dtype)
+        return (torch.randn(*size, generator=gen, device=device) * 0.02).to(dtype).cpu()
 
     tensors = {"model.embed_tokens.weight": rand(shape["vocab_size"], h), "model.norm.weight": torch.ones(h, dtype=dtype)}
     for layer in range(shape["num_hidden_layers"]):

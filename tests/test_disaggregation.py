@@ -28,8 +28,9 @@ def pd(tiny_model_dir):
 def test_tokens_equal_the_single_engine_and_kv_moves_once(pd, tiny_model_dir):
     vocab = json.loads(open(f"{tiny_model_dir}/config.json").read())["vocab_size"]
     shared = random_prompts([40], vocab, seed=1)[0]
-    first = random_prompts([5, 17, 33], vocab, seed=2) + [shared + [7, 8, 9]]
-    second = [shared + [11, 12, 13, 14]]            # its first 2 blocks are on the decode engine already
+    first = random_prompts([5, 17, 32], vocab, seed=2) + [shared + [7, 8, 9]]
+    # the first 2 blocks of each are on the decode engine already; of first[2] (32 tokens), all of them
+    second = [shared + [11, 12, 13, 14], first[2]]
     got = pd.generate(first, PARAMS) + pd.generate(second, PARAMS)
     single = LLM(tiny_model_dir, **CONFIG).generate(first + second, PARAMS, use_tqdm=False)
     assert [r["token_ids"] for r in got] == [o["token_ids"] for o in single]
@@ -37,7 +38,7 @@ def test_tokens_equal_the_single_engine_and_kv_moves_once(pd, tiny_model_dir):
     logs = pd.logs()
     sent = [e for e in logs["prefill"] if e["event"] == "KV_SENT"]
     received = [e for e in logs["decode"] if e["event"] == "KV_RECEIVED"]
-    assert len(sent) == len(received) == 5
+    assert len(sent) == len(received) == 6
     assert [e["bytes"] for e in sent] == [e["bytes"] for e in received] == [r["kv_bytes"] for r in got]
     # bytes per block, from the model's shape: K and V, every layer, every KV head
     cfg = json.loads(open(f"{tiny_model_dir}/config.json").read())
@@ -47,7 +48,9 @@ def test_tokens_equal_the_single_engine_and_kv_moves_once(pd, tiny_model_dir):
     assert sent[0]["bytes"] == prompt_blocks[0] * per_block
     # the shared 32-token prefix (2 full blocks) was found in the decode engine's prefix cache
     assert received[4]["cached_blocks"] == 2 and sent[4]["blocks"] == -(-len(second[0]) // 16) - 2
-    assert all(r["kv_transfer_s"] > 0 and r["first_token_time"] >= r["arrival_time"] for r in got)
+    assert received[5]["cached_blocks"] == 2 and sent[5]["blocks"] == 0 and got[5]["kv_bytes"] == 0
+    assert all(r["kv_transfer_s"] > 0 for r in got[:5])
+    assert all(r["first_token_time"] >= r["arrival_time"] for r in got)
 
 
 def test_a_request_that_stops_at_its_first_token_never_leaves_the_prefill_engine(pd):
@@ -62,6 +65,11 @@ def test_close_leaves_no_process(tiny_model_dir):
     import gc
     gc.collect()
     assert not any(p.is_alive() for p in procs)
+
+
+def test_a_bad_request_is_refused_and_the_engines_keep_serving(pd):
+    bad, good = pd.generate([[10**9], [1, 2, 3]], PARAMS)
+    assert "outside the vocabulary" in bad["error"] and len(good["token_ids"]) == 10
 
 
 def test_no_process_left_behind_after_module(pd):

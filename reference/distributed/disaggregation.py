@@ -101,11 +101,14 @@ class DisaggregatedLLM:
         assert message[0] == kind, message
         return message
 
-    def generate(self, prompts: list[list[int]], sampling_params: SamplingParams) -> list[dict]:
+    def generate(self, prompts: list[list[int]], sampling_params: SamplingParams | list[SamplingParams]) -> list[dict]:
         """Token-id prompts in, results in input order: token_ids, finish_reason and per-request metrics."""
         ids = [next(self._ids) for _ in prompts]
-        for request_id, prompt in zip(ids, prompts):
-            self._pipes["prefill"].send(("add", request_id, list(prompt), sampling_params))
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
+        for request_id, prompt, p in zip(ids, prompts, params):
+            self._pipes["prefill"].send(("add", request_id, list(prompt), p))
         results: dict[int, dict] = {}
         pipes = {conn: role for role, conn in self._pipes.items()}
         while len(results) < len(ids):
@@ -168,7 +171,10 @@ def _serve_control(engine, control, request_of: dict, block: bool) -> None:
         message = control.recv()
         if message[0] == "add":
             _, request_id, prompt, params = message
-            request_of[engine.add_request(prompt, params)] = request_id
+            try:
+                request_of[engine.add_request(prompt, params)] = request_id
+            except (ValueError, TypeError) as err:   # a bad request is refused; the engine keeps serving
+                control.send(("done", request_id, {"token_ids": [], "finish_reason": None, "error": str(err)}))
         elif message[0] == "log":
             control.send(("log", list(engine.log.events)))
         block = False

@@ -49,8 +49,14 @@ class Handoff:
 
 
 def send_blocks(kv_cache: torch.Tensor, block_ids: list[int], peer: int, staging_device: torch.device) -> int:
-    """Send K and V of `block_ids` (every layer) as one tensor; returns the bytes sent."""
-    index = torch.tensor(block_ids, device=kv_cache.device)
+    """Send K and V of `block_ids` (every layer) as one tensor; returns the bytes sent.
+
+    No blocks (the decode engine had them all in its prefix cache): no message;
+    the receiver knows this too and does not wait for one.
+    """
+    if not block_ids:
+        return 0
+    index = torch.tensor(block_ids, dtype=torch.int64, device=kv_cache.device)
     payload = kv_cache[:, :, index].contiguous().to(staging_device)
     dist.send(payload, dst=peer)
     return payload.numel() * payload.element_size()
@@ -58,10 +64,12 @@ def send_blocks(kv_cache: torch.Tensor, block_ids: list[int], peer: int, staging
 
 def receive_blocks(kv_cache: torch.Tensor, block_ids: list[int], peer: int, staging_device: torch.device) -> int:
     """Receive what `send_blocks` sent into `block_ids` of this cache; returns the bytes received."""
+    if not block_ids:
+        return 0
     shape = (kv_cache.shape[0], kv_cache.shape[1], len(block_ids), *kv_cache.shape[3:])
     payload = torch.empty(shape, dtype=kv_cache.dtype, device=staging_device)
     dist.recv(payload, src=peer)
-    kv_cache[:, :, torch.tensor(block_ids, device=kv_cache.device)] = payload.to(kv_cache.device)
+    kv_cache[:, :, torch.tensor(block_ids, dtype=torch.int64, device=kv_cache.device)] = payload.to(kv_cache.device)
     return payload.numel() * payload.element_size()
 
 
