@@ -24,8 +24,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
-import time
 import traceback
 import weakref
 from multiprocessing.connection import wait
@@ -35,11 +33,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from reference.distributed.kv_transfer import accept, offer
+from reference.distributed.processes import exit_with_parent, start_daemons, stop_processes
 from reference.sampling_params import SamplingParams
 
 PREFILL_RANK, DECODE_RANK = 0, 1
 IDLE_POLL_S = 0.005
-JOIN_TIMEOUT_S = 5.0
 
 
 def _devices(device: str) -> tuple[str, str, str]:
@@ -50,14 +48,7 @@ def _devices(device: str) -> tuple[str, str, str]:
 
 
 def _stop(procs: list, init_dir: str) -> None:
-    for proc in procs:
-        if proc.is_alive():
-            proc.terminate()
-    for proc in procs:
-        proc.join(JOIN_TIMEOUT_S)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(JOIN_TIMEOUT_S)
+    stop_processes(procs)
     shutil.rmtree(init_dir, ignore_errors=True)
 
 
@@ -71,15 +62,13 @@ class DisaggregatedLLM:
         init_dir = tempfile.mkdtemp(prefix="inferlab-pd-")
         ctx = mp.get_context("spawn")
         handoff_p, handoff_d = ctx.Pipe()
-        self._pipes, child_ends, self.procs = {}, {}, []
+        self._pipes, child_ends, specs = {}, {}, []
         for role in ("prefill", "decode"):
             self._pipes[role], child_ends[role] = ctx.Pipe()
-        for role, rank in (("prefill", PREFILL_RANK), ("decode", DECODE_RANK)):
             args = (role, model, {**config, "device": device}, os.path.join(init_dir, "rendezvous"),
                     child_ends[role], handoff_p if role == "prefill" else handoff_d, os.getpid())
-            self.procs.append(ctx.Process(target=_engine_main, args=args, name=f"inferlab-{role}", daemon=True))
-        for proc in self.procs:
-            proc.start()
+            specs.append((_engine_main, args, f"inferlab-{role}"))
+        self.procs = start_daemons(ctx, specs)
         self._finalizer = weakref.finalize(self, _stop, self.procs, init_dir)
         try:
             for role in ("prefill", "decode"):
@@ -134,14 +123,8 @@ class DisaggregatedLLM:
         return out
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    while os.getppid() == parent_pid:
-        time.sleep(0.5)
-    os._exit(1)
-
-
 def _engine_main(role: str, model: str, config: dict, init_file: str, control, handoff, parent_pid: int) -> None:
-    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    exit_with_parent(parent_pid)
     try:
         prefill_device, decode_device, backend = _devices(config["device"])
         device = prefill_device if role == "prefill" else decode_device

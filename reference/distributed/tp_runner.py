@@ -8,12 +8,10 @@ ranks in the all-reduces. Only rank 0 samples. Each rank owns a full-size KV
 pool of its own KV heads, indexed by the same block ids, so one block table
 serves every rank.
 
-Shutdown is by force, not by message: a worker may be blocked inside a
-collective (rank 0 failed halfway through a step), where no message would
-reach it. `shutdown_workers` terminates, joins with a timeout, then kills; it
-runs when the runner is garbage-collected, at interpreter exit, or when
-`close()` is called. A worker also exits by itself when its parent dies
-(a watchdog thread), so a `kill -9` of the engine leaves nothing behind.
+Shutdown (reference.distributed.processes) is by force, not by message: a
+worker may be blocked inside a collective (rank 0 failed halfway through a
+step). It runs when the runner is garbage-collected, at interpreter exit, or
+when `close()` is called; a worker also exits by itself when its parent dies.
 """
 from __future__ import annotations
 
@@ -21,8 +19,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
-import time
 import traceback
 import weakref
 from dataclasses import dataclass
@@ -32,10 +28,9 @@ import torch.multiprocessing as mp
 
 from reference.config import Config
 from reference.distributed import parallel_state
+from reference.distributed.processes import exit_with_parent, start_daemons, stop_processes
 from reference.engine.model_runner import ModelRunner
 from reference.engine.sequence import Sequence
-
-JOIN_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -69,16 +64,8 @@ class StepSequence:
 
 
 def shutdown_workers(workers: list, init_dir: str) -> None:
-    """Terminate, join with a timeout, kill what is left; then leave the process group."""
-    for proc in workers:
-        if proc.is_alive():
-            proc.terminate()
-    deadline = time.monotonic() + JOIN_TIMEOUT_S
-    for proc in workers:
-        proc.join(max(0.0, deadline - time.monotonic()))
-        if proc.is_alive():
-            proc.kill()
-            proc.join(JOIN_TIMEOUT_S)
+    """Stop the workers (see processes.stop_processes), then leave the process group."""
+    stop_processes(workers)
     try:
         parallel_state.destroy_tensor_parallel()
     finally:
@@ -95,10 +82,8 @@ class TensorParallelRunner(ModelRunner):
         init_dir = tempfile.mkdtemp(prefix="inferlab-tp-")
         init_file = os.path.join(init_dir, "rendezvous")
         ctx = mp.get_context("spawn")
-        self.workers = [ctx.Process(target=worker_main, args=(config, rank, init_file, os.getpid()),
-                                    name=f"inferlab-tp-rank{rank}", daemon=True) for rank in range(1, world)]
-        for proc in self.workers:
-            proc.start()
+        self.workers = start_daemons(ctx, [(worker_main, (config, rank, init_file, os.getpid()), f"inferlab-tp-rank{rank}")
+                                           for rank in range(1, world)])
         self._finalizer = weakref.finalize(self, shutdown_workers, self.workers, init_dir)
         try:
             parallel_state.init_tensor_parallel(0, world, config.device, init_file)
@@ -127,16 +112,9 @@ class TensorParallelRunner(ModelRunner):
         raise NotImplementedError("async scheduling is not supported with tensor parallelism")
 
 
-def _exit_with_parent(parent_pid: int) -> None:
-    """Die with the engine: a worker orphaned by a killed parent would wait in a collective forever."""
-    while os.getppid() == parent_pid:
-        time.sleep(0.5)
-    os._exit(1)
-
-
 def worker_main(config: Config, rank: int, init_file: str, parent_pid: int) -> None:
     """Rank `rank`: build this rank's shard, then run whatever rank 0 broadcasts until told to stop."""
-    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+    exit_with_parent(parent_pid)
     try:
         parallel_state.init_tensor_parallel(rank, config.tensor_parallel_size, config.device, init_file)
         runner = ModelRunner(config)
