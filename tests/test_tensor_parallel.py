@@ -11,6 +11,10 @@ import gc
 import json
 import multiprocessing
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -100,6 +104,36 @@ def test_a_dead_worker_stops_the_engine_with_an_error(tiny_model_dir):
             greedy(llm, [[1, 2, 3]])
     finally:
         llm.model_runner.close()
+
+
+CHILD = """
+import sys, time
+from reference import LLM
+llm = LLM(sys.argv[1], device="cpu", tensor_parallel_size=2, num_kvcache_blocks=16)
+print(*[p.pid for p in llm.model_runner.workers], flush=True)
+time.sleep(120)
+"""
+
+
+def test_ctrl_c_or_kill_of_the_engine_process_leaves_no_worker(tiny_model_dir):
+    """Ctrl-C: the exit hook stops the workers. kill -9: no hook runs; the workers' watchdog must."""
+    children = {sig: subprocess.Popen([sys.executable, "-c", CHILD, tiny_model_dir], stdout=subprocess.PIPE, text=True)
+                for sig in (signal.SIGINT, signal.SIGKILL)}
+    try:
+        workers = {sig: [int(pid) for pid in child.stdout.readline().split()] for sig, child in children.items()}
+        for sig, child in children.items():
+            assert workers[sig], f"the engine process died before starting its worker (rc {child.poll()})"
+            child.send_signal(sig)
+            child.wait(30)
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pids in workers.values() for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for sig, pids in workers.items():
+            assert not any(alive(pid) for pid in pids), f"a worker outlived its engine after {sig.name}"
+    finally:
+        for child in children.values():
+            child.kill()
+            child.wait()
 
 
 def test_no_process_left_behind():
