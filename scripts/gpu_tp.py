@@ -13,6 +13,7 @@ Parts:
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -37,6 +38,12 @@ RESULTS: dict = {"environment": {"torch": torch.__version__, "gpus": [torch.cuda
                                                                       for i in range(torch.cuda.device_count())]}}
 
 
+def free_gpu() -> None:
+    """Engines of earlier parts must give their memory back before the next one sizes its KV pool."""
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
 def part(name: str, min_left_s: float):
     def wrap(fn):
         def run():
@@ -51,7 +58,7 @@ def part(name: str, min_left_s: float):
                 RESULTS[name] = {"error": traceback.format_exc()[-3000:]}
             RESULTS[name]["part_seconds"] = round(time.monotonic() - t0, 1)
             print(f"== {name}: {json.dumps(RESULTS[name])[:1500]}", flush=True)
-            torch.cuda.empty_cache()
+            free_gpu()
             (OUT / "gpu_tp.json").write_text(json.dumps(RESULTS, indent=2))
         return run
     return wrap
@@ -67,6 +74,7 @@ def greedy(model_dir: str, prompts, max_tokens: int, **config) -> list[list[int]
         if hasattr(llm.model_runner, "close"):
             llm.model_runner.close()
         del llm
+        free_gpu()
 
 
 def tp_pair(dtype: str, max_tokens: int = 32) -> tuple[list, list]:
@@ -122,11 +130,15 @@ def tp_bench() -> dict:
     requests = make_workload("quick", QWEN3_8B["vocab_size"], seed=0)
     out = {"workload": "quick (64 requests, prompt and output 32..256)", "model": "Qwen3-8B shape, random bf16"}
     for tp in (1, 2):
+        r = None
         try:
             r = run_engine(model, requests, tensor_parallel_size=tp, **BENCH_CONFIG)
         except Exception:
             out[f"tp{tp}_graphs_error"] = traceback.format_exc()[-1500:]
+        if r is None:   # outside the except block, so the failed engine's frames are gone and it can be freed
+            free_gpu()
             r = run_engine(model, requests, tensor_parallel_size=tp, enforce_eager=True, **BENCH_CONFIG)
+        free_gpu()
         out[f"tp{tp}"] = {k: r[k] for k in ("output_tok_per_s", "total_tok_per_s", "elapsed_s", "steps", "ttft_s",
                                             "tpot_s", "cuda_graphs", "attention_backend", "num_kvcache_blocks")}
     out["tp2_over_tp1"] = out["tp2"]["output_tok_per_s"] / out["tp1"]["output_tok_per_s"]
@@ -203,7 +215,7 @@ def pd() -> dict:
     out["colocated"] = _summary([x.ttft for x in m], [x.tpot for x in m if x.tpot is not None],
                                 sum(len(o["token_ids"]) for o in colocated), elapsed)
     del llm
-    torch.cuda.empty_cache()
+    free_gpu()
 
     pd_llm = DisaggregatedLLM(model, **config)
     try:
@@ -251,6 +263,10 @@ def table() -> None:
                 print(f"{name:16s} {tp}: {e['output_tok_per_s']:,.0f} out tok/s, {e['elapsed_s']:.2f} s, "
                       f"TPOT p50 {e['tpot_s']['p50'] * 1e3:.1f} ms, graphs {e['cuda_graphs']}")
             print(f"{name:16s} TP2/TP1 = {r['tp2_over_tp1']:.2f}")
+            ar = RESULTS.get("allreduce", {}).get("by_tokens", {}).get("64")
+            if ar:
+                print(f"{name:16s} all-reduce at batch 64: {ar['per_step_ms']:.2f} ms of TP2's TPOT p50 "
+                      f"{r['tp2']['tpot_s']['p50'] * 1e3:.1f} ms")
         elif name == "allreduce":
             for tokens, row in r["by_tokens"].items():
                 print(f"{name:16s} {tokens:>5} tokens: {row['per_call_us']:.1f} us/call, {row['per_step_ms']:.2f} ms/step")

@@ -10,7 +10,6 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-gpu_tp_out}
 mkdir -p "$OUT"
 export INFERLAB_CACHE=${INFERLAB_CACHE:-/tmp/inferlab-cache}
-python -c "import reference" 2>/dev/null || pip install -q --no-deps -e . >/dev/null 2>&1 || true
 nvidia-smi --query-gpu=name,memory.total --format=csv 2>&1 | tee "$OUT/gpu_tp.log"
-timeout 540 python scripts/gpu_tp.py 2>&1 | tee -a "$OUT/gpu_tp.log"
+timeout 540 python3 scripts/gpu_tp.py 2>&1 | tee -a "$OUT/gpu_tp.log"
 echo "exit code ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tp.log"
