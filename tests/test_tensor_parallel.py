@@ -67,12 +67,17 @@ def check_tp2_matches(model_dir: str, llm: LLM) -> None:
         assert tokens == hf_greedy(model_dir, prompt, MAX_NEW), f"prompt of length {len(prompt)} differs from transformers"
 
 
-def test_tp2_tiny_model_equals_tp1_and_transformers(tiny_model_dir):
+def test_tp2_tiny_model_equals_tp1_and_transformers_and_a_dead_worker_is_an_error(tiny_model_dir):
     llm = LLM(tiny_model_dir, tensor_parallel_size=2, **CONFIG)
     pids = [p.pid for p in llm.model_runner.workers]
     try:
         assert llm.model_runner.model.model.layers[0].self_attn.num_kv_heads == 1   # really split
         check_tp2_matches(tiny_model_dir, llm)
+        worker = llm.model_runner.workers[0]     # a worker dies: the next step says so instead of hanging
+        worker.kill()
+        worker.join(5)
+        with pytest.raises(RuntimeError, match="worker .* exited"):
+            greedy(llm, [[1, 2, 3]])
     finally:
         llm.model_runner.close()
     assert not any(alive(pid) for pid in pids), "close() left a worker process running"
@@ -92,18 +97,6 @@ def test_tp2_wide_kv_model_and_cleanup_on_garbage_collection(wide_kv_model_dir):
 def test_kv_heads_not_divisible_is_a_clear_error(tiny_model_dir):
     with pytest.raises(ValueError, match=r"tensor_parallel_size=4.*num_key_value_heads=2"):
         Config(tiny_model_dir, device="cpu", tensor_parallel_size=4)
-
-
-def test_a_dead_worker_stops_the_engine_with_an_error(tiny_model_dir):
-    llm = LLM(tiny_model_dir, tensor_parallel_size=2, **CONFIG)
-    try:
-        worker = llm.model_runner.workers[0]
-        worker.kill()
-        worker.join(5)
-        with pytest.raises(RuntimeError, match="worker .* exited"):
-            greedy(llm, [[1, 2, 3]])
-    finally:
-        llm.model_runner.close()
 
 
 CHILD = """

@@ -129,7 +129,3 @@ def worker_main(config: Config, rank: int, init_file: str, parent_pid: int) -> N
         traceback.print_exc(file=sys.stderr)
         os._exit(1)
 
-
-def make_model_runner(config: Config) -> ModelRunner:
-    """The engine's model runner: a plain one, or rank 0 of a tensor-parallel group."""
-    return ModelRunner(config) if config.tensor_parallel_size == 1 else TensorParallelRunner(config)

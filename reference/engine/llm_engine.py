@@ -19,10 +19,10 @@ import torch
 from transformers import AutoTokenizer
 
 from reference.config import Config
+from reference.distributed.tp_runner import TensorParallelRunner
 from reference.engine.block_manager import BlockManager
 from reference.engine.lifecycle import LifecycleLog
-from reference.distributed.tp_runner import make_model_runner
-from reference.engine.model_runner import InFlightStep
+from reference.engine.model_runner import InFlightStep, ModelRunner
 from reference.engine.scheduler import Scheduler
 from reference.engine.sequence import PENDING_TOKEN, Sequence
 from reference.sampling_params import SamplingParams
@@ -42,7 +42,8 @@ class LLMEngine:
         self.config = Config(model=model, **config_fields)
         self.tokenizer = AutoTokenizer.from_pretrained(self.config.model)
         self.eos_token_id = self._eos_token_id()
-        self.model_runner = make_model_runner(self.config)
+        runner = ModelRunner if self.config.tensor_parallel_size == 1 else TensorParallelRunner
+        self.model_runner = runner(self.config)
         self.log = LifecycleLog(self.config.lifecycle_log)
         self.block_manager = BlockManager(self.model_runner.num_kvcache_blocks, self.config.kvcache_block_size,
                                           self.config.enable_prefix_caching)

@@ -20,10 +20,10 @@ import torch
 from transformers import AutoTokenizer
 
 from student_exercises.config import Config
+from student_exercises.distributed.tp_runner import TensorParallelRunner
 from student_exercises.engine.block_manager import BlockManager
 from student_exercises.engine.lifecycle import LifecycleLog
-from student_exercises.distributed.tp_runner import make_model_runner
-from student_exercises.engine.model_runner import InFlightStep
+from student_exercises.engine.model_runner import InFlightStep, ModelRunner
 from student_exercises.engine.scheduler import Scheduler
 from student_exercises.engine.sequence import PENDING_TOKEN, Sequence
 from student_exercises.sampling_params import SamplingParams
@@ -43,7 +43,8 @@ class LLMEngine:
         self.config = Config(model=model, **config_fields)
         self.tokenizer = AutoTokenizer.from_pretrained(self.config.model)
         self.eos_token_id = self._eos_token_id()
-        self.model_runner = make_model_runner(self.config)
+        runner = ModelRunner if self.config.tensor_parallel_size == 1 else TensorParallelRunner
+        self.model_runner = runner(self.config)
         self.log = LifecycleLog(self.config.lifecycle_log)
         self.block_manager = BlockManager(self.model_runner.num_kvcache_blocks, self.config.kvcache_block_size,
                                           self.config.enable_prefix_caching)
