@@ -79,7 +79,8 @@ class TensorParallelRunner(ModelRunner):
     def __init__(self, config: Config):
         world = config.tensor_parallel_size
         if parallel_state.tp_world_size() > 1 or dist.is_initialized():
-            raise RuntimeError("this process already runs a distributed engine: close it (llm.close()) first")
+            raise RuntimeError("this process already runs a tensor-parallel engine: close it first "
+                               "(llm.model_runner.close(), or drop every reference to it)")
         init_dir = tempfile.mkdtemp(prefix="inferlab-tp-")
         init_file = os.path.join(init_dir, "rendezvous")
         ctx = mp.get_context("spawn")
@@ -106,15 +107,25 @@ class TensorParallelRunner(ModelRunner):
         dist.broadcast_object_list([message], src=0, group=parallel_state.control_group())
 
     def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int | None]:
+        """Send the batch, then run rank 0's share.
+
+        A failure after the broadcast (Ctrl-C included) leaves the workers inside
+        a collective that rank 0 will never join: the engine cannot go on, so it
+        stops the workers and re-raises rather than hang on the next step.
+        """
         self._broadcast(("run", [StepSequence.of(seq, is_prefill) for seq in seqs], is_prefill))
-        return super().run(seqs, is_prefill)
+        try:
+            return super().run(seqs, is_prefill)
+        except BaseException:
+            self.close()
+            raise
 
     def launch_decode(self, seqs, previous):
         raise NotImplementedError("async scheduling is not supported with tensor parallelism")
 
 
 def worker_main(config: Config, rank: int, init_file: str, parent_pid: int) -> None:
-    """Rank `rank`: build this rank's shard, then run whatever rank 0 broadcasts until told to stop."""
+    """Rank `rank`: build this rank's shard, then run whatever rank 0 broadcasts, until stopped."""
     exit_with_parent(parent_pid)
     try:
         parallel_state.init_tensor_parallel(rank, config.tensor_parallel_size, config.device, init_file)
