@@ -59,7 +59,18 @@ def send_blocks(kv_cache: torch.Tensor, block_ids: list[int], peer: int, staging
     index = torch.tensor(block_ids, dtype=torch.int64, device=kv_cache.device)
     payload = kv_cache[:, :, index].contiguous().to(staging_device)
     dist.send(payload, dst=peer)
+    _wait_for_device(payload)
     return payload.numel() * payload.element_size()
+
+
+def _wait_for_device(payload: torch.Tensor) -> None:
+    """NCCL returns once the transfer is queued; wait for it, so the time logged is the transfer's.
+
+    The price: the handoff blocks its engine until the bytes have moved, where
+    a production system would overlap the transfer with the next step.
+    """
+    if payload.is_cuda:
+        torch.cuda.synchronize(payload.device)
 
 
 def receive_blocks(kv_cache: torch.Tensor, block_ids: list[int], peer: int, staging_device: torch.device) -> int:
@@ -70,6 +81,7 @@ def receive_blocks(kv_cache: torch.Tensor, block_ids: list[int], peer: int, stag
     payload = torch.empty(shape, dtype=kv_cache.dtype, device=staging_device)
     dist.recv(payload, src=peer)
     kv_cache[:, :, torch.tensor(block_ids, dtype=torch.int64, device=kv_cache.device)] = payload.to(kv_cache.device)
+    _wait_for_device(payload)
     return payload.numel() * payload.element_size()
 
 
