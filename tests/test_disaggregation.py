@@ -40,6 +40,10 @@ def test_tokens_equal_the_single_engine_and_kv_moves_once(pd, tiny_model_dir):
     received = [e for e in logs["decode"] if e["event"] == "KV_RECEIVED"]
     assert len(sent) == len(received) == 6
     assert [e["bytes"] for e in sent] == [e["bytes"] for e in received] == [r["kv_bytes"] for r in got]
+    assert [e["seq_id"] for e in sent] == [e["seq_id"] for e in received], "the two logs join on seq_id"
+    for e in received:   # the decode log continues where the prefill log stopped: the next token index is 1
+        after = [x for x in logs["decode"] if x["seq_id"] == e["seq_id"] and x["event"] == "TOKEN"]
+        assert after[0]["index"] == 1
     # bytes per block, from the model's shape: K and V, every layer, every KV head
     cfg = json.loads(open(f"{tiny_model_dir}/config.json").read())
     per_block = 2 * cfg["num_hidden_layers"] * 16 * cfg["num_key_value_heads"] * cfg["head_dim"] * 4

@@ -32,6 +32,7 @@ from reference.sampling_params import SamplingParams
 class Handoff:
     """The header P sends before the K/V: everything D needs to continue the request."""
     request_id: int
+    seq_id: int                    # the prefill engine's; the decode engine keeps it, so the two logs join on it
     token_ids: list[int]
     num_prompt_tokens: int
     sampling_params: SamplingParams
@@ -44,7 +45,7 @@ class Handoff:
     @classmethod
     def of(cls, seq: Sequence, request_id: int) -> "Handoff":
         state = seq.generator.get_state() if seq.generator is not None else None
-        return cls(request_id, list(seq.token_ids), seq.num_prompt_tokens, seq.sampling_params, state,
+        return cls(request_id, seq.seq_id, list(seq.token_ids), seq.num_prompt_tokens, seq.sampling_params, state,
                    seq.num_cached_tokens, seq.arrival_time, seq.first_scheduled_time, seq.first_token_time)
 
 
@@ -104,11 +105,11 @@ def offer(engine, seq: Sequence, request_id: int, pipe, peer: int, staging: torc
     return True
 
 
-def accept(engine, handoff: Handoff, seq_id: int, pipe, peer: int, staging: torch.device) -> Sequence | None:
+def accept(engine, handoff: Handoff, pipe, peer: int, staging: torch.device) -> Sequence | None:
     """D's side: allocate blocks for a handed-off request, receive its K/V, and queue it for decode."""
     block_size = engine.config.kvcache_block_size
     seq = Sequence(handoff.token_ids[:handoff.num_prompt_tokens], handoff.sampling_params, block_size,
-                   arrival_time=handoff.arrival_time, seq_id=seq_id)
+                   arrival_time=handoff.arrival_time, seq_id=handoff.seq_id)
     for token in handoff.token_ids[handoff.num_prompt_tokens:]:
         seq.append_token(token)
     if handoff.generator_state is not None:
