@@ -217,6 +217,9 @@ def environment(device: str) -> dict:
 
 def run_bench(args, console: Console | None = None) -> dict:
     console = console or Console()
+    tensor_parallel_size = getattr(args, "tensor_parallel_size", 1)
+    if tensor_parallel_size > 1 and args.scheduling != "sync":
+        raise SystemExit("--tensor-parallel-size > 1 needs --scheduling sync (async scheduling is single-GPU only)")
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.dtype]
     if args.model:
@@ -231,9 +234,7 @@ def run_bench(args, console: Console | None = None) -> dict:
     config = dict(device=device, dtype=args.dtype, attention_backend=args.backend, enforce_eager=args.enforce_eager,
                   max_num_seqs=args.max_num_seqs, kvcache_block_size=args.block_size,
                   max_num_batched_tokens=args.max_num_batched_tokens,
-                  tensor_parallel_size=getattr(args, "tensor_parallel_size", 1))
-    if config["tensor_parallel_size"] > 1 and args.scheduling != "sync":
-        raise SystemExit("--tensor-parallel-size > 1 needs --scheduling sync (async scheduling is single-GPU only)")
+                  tensor_parallel_size=tensor_parallel_size)
     modes = ["sync", "async"] if args.scheduling == "both" else [args.scheduling]
     result = {"workload": args.workload, "seed": args.seed, "model": model_dir,
               "settings": {**config, "scheduling": args.scheduling}, "environment": environment(device),

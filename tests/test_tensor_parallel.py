@@ -129,5 +129,15 @@ def test_ctrl_c_or_kill_of_the_engine_process_leaves_no_worker(tiny_model_dir):
             child.wait()
 
 
+def test_cli_takes_tensor_parallel_size_and_bench_refuses_it_with_async_scheduling():
+    from inferlab.bench import run_bench
+    from inferlab.cli import build_parser
+    parser = build_parser()
+    assert parser.parse_args(["demo", "--tensor-parallel-size", "2"]).tensor_parallel_size == 2
+    args = parser.parse_args(["bench", "--tensor-parallel-size", "2"])   # default scheduling: async
+    with pytest.raises(SystemExit, match="needs --scheduling sync"):
+        run_bench(args)
+
+
 def test_no_process_left_behind():
     assert multiprocessing.active_children() == []
