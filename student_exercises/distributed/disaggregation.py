@@ -190,13 +190,12 @@ def _decode_loop(engine, control, handoff, staging) -> None:
     """Take handed-off requests between decode steps; report each one when it finishes."""
     request_of: dict[int, int] = {}
     transfer: dict[int, dict] = {}
-    seq_ids = itertools.count()
     while True:
         _serve_control(engine, control, {}, block=False)
         idle = engine.is_finished()
         while handoff.poll(IDLE_POLL_S if idle else 0):
             header = handoff.recv()
-            seq = accept(engine, header, next(seq_ids), handoff, PREFILL_RANK, staging)
+            seq = accept(engine, header, handoff, PREFILL_RANK, staging)
             if seq is not None:
                 request_of[seq.seq_id] = header.request_id
                 event = engine.log.events[-1]

@@ -33,6 +33,7 @@ from student_exercises.sampling_params import SamplingParams
 class Handoff:
     """The header P sends before the K/V: everything D needs to continue the request."""
     request_id: int
+    seq_id: int                    # the prefill engine's; the decode engine keeps it, so the two logs join on it
     token_ids: list[int]
     num_prompt_tokens: int
     sampling_params: SamplingParams
@@ -45,7 +46,7 @@ class Handoff:
     @classmethod
     def of(cls, seq: Sequence, request_id: int) -> "Handoff":
         state = seq.generator.get_state() if seq.generator is not None else None
-        return cls(request_id, list(seq.token_ids), seq.num_prompt_tokens, seq.sampling_params, state,
+        return cls(request_id, seq.seq_id, list(seq.token_ids), seq.num_prompt_tokens, seq.sampling_params, state,
                    seq.num_cached_tokens, seq.arrival_time, seq.first_scheduled_time, seq.first_token_time)
 
 
@@ -60,7 +61,18 @@ def send_blocks(kv_cache: torch.Tensor, block_ids: list[int], peer: int, staging
     index = torch.tensor(block_ids, dtype=torch.int64, device=kv_cache.device)
     payload = kv_cache[:, :, index].contiguous().to(staging_device)
     dist.send(payload, dst=peer)
+    _wait_for_device(payload)
     return payload.numel() * payload.element_size()
+
+
+def _wait_for_device(payload: torch.Tensor) -> None:
+    """NCCL returns once the transfer is queued; wait for it, so the time logged is the transfer's.
+
+    The price: the handoff blocks its engine until the bytes have moved, where
+    a production system would overlap the transfer with the next step.
+    """
+    if payload.is_cuda:
+        torch.cuda.synchronize(payload.device)
 
 
 def receive_blocks(kv_cache: torch.Tensor, block_ids: list[int], peer: int, staging_device: torch.device) -> int:
@@ -71,6 +83,7 @@ def receive_blocks(kv_cache: torch.Tensor, block_ids: list[int], peer: int, stag
     payload = torch.empty(shape, dtype=kv_cache.dtype, device=staging_device)
     dist.recv(payload, src=peer)
     kv_cache[:, :, torch.tensor(block_ids, dtype=torch.int64, device=kv_cache.device)] = payload.to(kv_cache.device)
+    _wait_for_device(payload)
     return payload.numel() * payload.element_size()
 
 
@@ -93,11 +106,11 @@ def offer(engine, seq: Sequence, request_id: int, pipe, peer: int, staging: torc
     return True
 
 
-def accept(engine, handoff: Handoff, seq_id: int, pipe, peer: int, staging: torch.device) -> Sequence | None:
+def accept(engine, handoff: Handoff, pipe, peer: int, staging: torch.device) -> Sequence | None:
     """D's side: allocate blocks for a handed-off request, receive its K/V, and queue it for decode."""
     block_size = engine.config.kvcache_block_size
     seq = Sequence(handoff.token_ids[:handoff.num_prompt_tokens], handoff.sampling_params, block_size,
-                   arrival_time=handoff.arrival_time, seq_id=seq_id)
+                   arrival_time=handoff.arrival_time, seq_id=handoff.seq_id)
     for token in handoff.token_ids[handoff.num_prompt_tokens:]:
         seq.append_token(token)
     if handoff.generator_state is not None:
