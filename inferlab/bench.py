@@ -41,11 +41,13 @@ def make_workload(name: str, vocab_size: int, seed: int = 0) -> list[Request]:
 
 
 def make_random_model(out_dir: str | Path, shape: dict = QWEN3_0_6B, seed: int = 0,
-                      dtype: torch.dtype = torch.bfloat16) -> Path:
+                      dtype: torch.dtype = torch.bfloat16, device: str = "cpu") -> Path:
     """A Hugging Face folder with random weights of the given Qwen3 shape (no download).
 
     Weights are drawn directly as tensors (normal, std 0.02; norms at 1), which
     takes seconds where building the transformers module would take minutes.
+    `device="cuda"` draws them on the GPU (an 8B shape: seconds instead of a
+    minute); the weights then differ from the CPU's for the same seed.
     """
     import transformers
     from safetensors.torch import save_file
@@ -57,12 +59,12 @@ def make_random_model(out_dir: str | Path, shape: dict = QWEN3_0_6B, seed: int =
     out.mkdir(parents=True, exist_ok=True)
     config = transformers.Qwen3Config(**shape, dtype=str(dtype).replace("torch.", ""))
     config.save_pretrained(out)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device).manual_seed(seed)
     h, i, d = shape["hidden_size"], shape["intermediate_size"], shape["head_dim"]
     q, kv = shape["num_attention_heads"] * d, shape["num_key_value_heads"] * d
 
     def rand(*size):
-        return (torch.randn(*size, generator=gen) * 0.02).to(dtype)
+        return (torch.randn(*size, generator=gen, device=device) * 0.02).to(dtype).cpu()
 
     tensors = {"model.embed_tokens.weight": rand(shape["vocab_size"], h), "model.norm.weight": torch.ones(h, dtype=dtype)}
     for layer in range(shape["num_hidden_layers"]):
@@ -164,7 +166,10 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
         "attention_backend": llm.model_runner.backend.name, "cuda_graphs": bool(llm.model_runner.graphs),
         "async_scheduling": llm.config.async_scheduling,
         "num_kvcache_blocks": llm.model_runner.num_kvcache_blocks, "dtype": str(llm.config.torch_dtype),
+        "tensor_parallel_size": llm.config.tensor_parallel_size,
     }
+    if hasattr(llm.model_runner, "close"):
+        llm.model_runner.close()   # TP workers: stop them before the next engine starts its own
     del llm
     return result
 
@@ -212,6 +217,9 @@ def environment(device: str) -> dict:
 
 def run_bench(args, console: Console | None = None) -> dict:
     console = console or Console()
+    tensor_parallel_size = getattr(args, "tensor_parallel_size", 1)
+    if tensor_parallel_size > 1 and args.scheduling != "sync":
+        raise SystemExit("--tensor-parallel-size > 1 needs --scheduling sync (async scheduling is single-GPU only)")
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.dtype]
     if args.model:
@@ -225,7 +233,8 @@ def run_bench(args, console: Console | None = None) -> dict:
                   f"output tokens; model {model_dir}; {device} {args.dtype}")
     config = dict(device=device, dtype=args.dtype, attention_backend=args.backend, enforce_eager=args.enforce_eager,
                   max_num_seqs=args.max_num_seqs, kvcache_block_size=args.block_size,
-                  max_num_batched_tokens=args.max_num_batched_tokens)
+                  max_num_batched_tokens=args.max_num_batched_tokens,
+                  tensor_parallel_size=tensor_parallel_size)
     modes = ["sync", "async"] if args.scheduling == "both" else [args.scheduling]
     result = {"workload": args.workload, "seed": args.seed, "model": model_dir,
               "settings": {**config, "scheduling": args.scheduling}, "environment": environment(device),

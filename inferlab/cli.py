@@ -9,7 +9,7 @@ from rich.console import Console
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from inferlab.demo import run_demo
-    run_demo(args.model, args.device, args.log)
+    run_demo(args.model, args.device, args.log, tensor_parallel_size=args.tensor_parallel_size)
     return 0
 
 
@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     demo.add_argument("--model", default=None, help="Hugging Face model folder (default: the built-in tiny model)")
     demo.add_argument("--log", default="inferlab_logs/demo.jsonl", help="where to write the lifecycle log")
+    demo.add_argument("--tensor-parallel-size", type=int, default=1,
+                      help="split the model over N processes (N GPUs on CUDA; gloo on the CPU)")
     demo.set_defaults(func=_cmd_demo)
 
     tiny = sub.add_parser("make-tiny-model", help="write the built-in tiny Qwen3 model to a folder")
@@ -169,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--max-num-batched-tokens", type=int, default=16384)
     bench.add_argument("--block-size", type=int, default=16)
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--tensor-parallel-size", type=int, default=1,
+                       help="split the model over N GPUs (needs --scheduling sync)")
     bench.add_argument("--out", default=None, help="write the results as JSON here")
     serve_load = bench.add_argument_group("bench serve (an online load against --url)")
     serve_load.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")

@@ -40,6 +40,7 @@ class Config:
     lifecycle_log: str | None = None
     seed: int = 0
     cpu_threads: int | None = None  # None: 1 for tiny models on the CPU, torch's default otherwise
+    tensor_parallel_size: int = 1   # ranks (processes; GPUs on CUDA) the model is split over
     hf_config: dict = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -83,9 +84,26 @@ class Config:
                 "Raise it or set enable_chunked_prefill=True")
         if not 0.0 < self.gpu_memory_utilization <= 1.0:
             raise ValueError(f"Config.gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        self._check_tensor_parallel()
         for name in ("enable_prefix_caching", "enable_chunked_prefill", "enforce_eager", "async_scheduling"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"Config.{name} must be a bool")
+
+    def _check_tensor_parallel(self) -> None:
+        """Every split dimension must divide by N: a rank cannot hold half a KV head."""
+        self._positive_int("tensor_parallel_size")
+        n = self.tensor_parallel_size
+        if n == 1:
+            return
+        for key in ("num_key_value_heads", "num_attention_heads", "intermediate_size"):
+            value = int(self.hf_config.get(key, 0))
+            if value % n:
+                raise ValueError(f"Config.tensor_parallel_size={n} does not divide the model's {key}={value}: "
+                                 f"each rank must hold a whole share; pick a size that divides {value}")
+        if self.device == "cuda" and torch.cuda.device_count() < n:
+            raise ValueError(f"Config.tensor_parallel_size={n} needs {n} GPUs, torch sees {torch.cuda.device_count()}")
+        if self.async_scheduling:
+            raise ValueError("Config.async_scheduling is not supported with tensor_parallel_size > 1 yet")
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from slides_code import (batching, call_chain, chat_template, chunked_prefill, minimal_log, observability_demo,
-                         paged_vs_contiguous, pd_disaggregation, prefix_caching, request_timeline, sequence_fields)
+                         paged_vs_contiguous, pd_disaggregation, prefix_caching, request_timeline, sequence_fields,
+                         tensor_parallel)
 from slides_code._common import listings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +37,8 @@ def scripts() -> list[str]:
 def test_every_script_is_tested_here_and_has_a_short_listing():
     tested = {m.__name__.split(".")[-1] for m in (batching, call_chain, chat_template, chunked_prefill, minimal_log,
                                                   observability_demo, paged_vs_contiguous, pd_disaggregation,
-                                                  prefix_caching, request_timeline, sequence_fields)}
+                                                  prefix_caching, request_timeline, sequence_fields,
+                                                  tensor_parallel)}
     assert set(scripts()) == tested, "a new slide script needs a test in this file"
     for name in scripts():
         regions = listings(SLIDES / f"{name}.py")
@@ -121,6 +123,16 @@ def test_pd_disaggregation(capsys):
     # request 1 shares two full blocks of system prompt with request 0: B has them already
     assert result["transfers"] == [(0, 3), (2, 1), (0, 2)]
     assert "tokens equal to a single-engine run: True" in out
+    assert result["processes_tokens_equal"], "the two-process version must match a single engine too"
+    assert result["processes_kv_bytes"][0] > 0
+
+
+def test_tensor_parallel(capsys):
+    result = tensor_parallel.main([])
+    assert result["max_diff"] < 1e-9, "column + row parallel with a sum must be the same MLP"
+    assert result["tokens_equal"] and result["heads"] == (2, 1)
+    assert result["workers_alive"] == [False], "close() must stop rank 1"
+    assert "TP=2 tokens equal to TP=1: True" in capsys.readouterr().out
 
 
 def test_call_chain(capsys):

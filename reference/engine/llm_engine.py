@@ -21,9 +21,10 @@ import torch
 from transformers import AutoTokenizer, GenerationConfig
 
 from reference.config import Config
+from reference.distributed.tp_runner import TensorParallelRunner
 from reference.engine.block_manager import BlockManager
 from reference.engine.lifecycle import LifecycleLog
-from reference.engine.model_runner import InFlightStep, ModelRunner
+from reference.engine.model_runner import EngineDeadError, InFlightStep, ModelRunner
 from reference.engine.scheduler import Scheduler
 from reference.engine.sequence import PENDING_TOKEN, Sequence
 from reference.sampling_params import SamplingParams
@@ -48,7 +49,8 @@ class LLMEngine:
         self.config = Config(model=model, **config_fields)
         self.tokenizer = load_tokenizer(self.config.model)
         self.eos_token_ids = stop_token_ids_of(self.config.model, self.config.hf_config, self.tokenizer)
-        self.model_runner = ModelRunner(self.config)
+        runner = ModelRunner if self.config.tensor_parallel_size == 1 else TensorParallelRunner
+        self.model_runner = runner(self.config)
         self.log = LifecycleLog(self.config.lifecycle_log)
         self.block_manager = BlockManager(self.model_runner.num_kvcache_blocks, self.config.kvcache_block_size,
                                           self.config.enable_prefix_caching)
@@ -163,7 +165,8 @@ class LLMEngine:
         sample), the requests of that batch, and of a step in flight, finish
         with reason "error" and give their blocks back; every other request
         and the engine itself go on. A failure before anything was scheduled
-        is an engine bug and is raised.
+        is an engine bug, and an `EngineDeadError` (no step can ever run
+        again) concerns every request: both are raised.
         """
         self._batch: list[Sequence] = []
         in_flight = self._in_flight
@@ -195,7 +198,7 @@ class LLMEngine:
         """Fail the requests of the batch (and of a step in flight) that raised; re-raise if there were none."""
         victims = [seq for seq in dict.fromkeys(self._batch + (in_flight.seqs if in_flight else []))
                    if not seq.is_finished]
-        if not victims:
+        if not victims or isinstance(err, EngineDeadError):
             raise err
         self._in_flight = None
         outputs = self._fail(victims, err)

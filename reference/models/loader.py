@@ -12,7 +12,9 @@ def load_weights(model: nn.Module, folder: str) -> None:
     """Copy every checkpoint tensor into its parameter; fail loudly on gaps.
 
     Separate q/k/v (and gate/up) tensors are written into their slice of the
-    fused parameter, in the order the model's `packed_modules` gives.
+    fused parameter, in the order the model's `packed_modules` gives. A
+    parameter with a `weight_loader` (the tensor-parallel layers) cuts its
+    own rank's slice out of the checkpoint tensor.
     """
     params = dict(model.named_parameters(remove_duplicate=False))
     packed = getattr(model, "packed_modules", {})
@@ -22,13 +24,13 @@ def load_weights(model: nn.Module, folder: str) -> None:
         raise ValueError(f"no *.safetensors files in {folder!r}")
     for file in files:
         try:
-            _load_file(file, params, packed, model, loaded)
+            _load_file(file, params, packed, loaded)
         except Exception as err:   # name the file: "header too large" alone does not say which
             raise ValueError(f"{file}: cannot load weights: {type(err).__name__}: {err}") from err
     _check_complete(model, packed, loaded)
 
 
-def _load_file(file: Path, params: dict, packed: dict, model: nn.Module, loaded: set[str]) -> None:
+def _load_file(file: Path, params: dict, packed: dict, loaded: set[str]) -> None:
     """Copy the tensors of one safetensors file into their parameters."""
     with safe_open(str(file), framework="pt") as f:
         for name in f.keys():
@@ -37,23 +39,23 @@ def _load_file(file: Path, params: dict, packed: dict, model: nn.Module, loaded:
             if part is None:
                 if name not in params:
                     continue  # e.g. rotary buffers some exporters include
-                params[name].data.copy_(tensor)
+                _copy_into(params[name], tensor, None)
                 loaded.add(name)
                 continue
             fused_part, shard = packed[part]
             target_name = name.replace(f".{part}.", f".{fused_part}.")
-            target = params[target_name]
-            sizes = _shard_sizes(model, target_name, fused_part)
-            offset = sum(sizes[:shard])
-            target.data.narrow(0, offset, sizes[shard]).copy_(tensor)
+            _copy_into(params[target_name], tensor, shard)
             loaded.add(f"{target_name}#{shard}")
 
 
-def _shard_sizes(model: nn.Module, param_name: str, fused_part: str) -> list[int]:
-    module = model.get_submodule(param_name.rsplit(".", 2)[0])
-    if fused_part == "qkv_proj":
-        return [module.q_size, module.kv_size, module.kv_size]
-    return [module.intermediate, module.intermediate]
+def _copy_into(param: nn.Parameter, tensor: torch.Tensor, shard: int | None) -> None:
+    loader = getattr(param, "weight_loader", None)
+    if loader is not None:
+        loader(param, tensor, shard)
+    elif shard is None:
+        param.data.copy_(tensor)
+    else:
+        raise ValueError(f"a fused parameter of shape {tuple(param.shape)} has no weight_loader")
 
 
 def _check_complete(model: nn.Module, packed: dict, loaded: set[str]) -> None:

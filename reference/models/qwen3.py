@@ -4,6 +4,10 @@ Qwen3 = Llama-style blocks + grouped-query attention + an RMSNorm on each
 head's q and k before RoPE. The q/k/v and gate/up projections are fused into
 one matrix each (one GEMM instead of three or two); the loader fills them
 from the checkpoint's separate tensors.
+
+Under tensor parallelism (reference.layers.linear) each rank holds
+num_heads / N query heads and num_key_value_heads / N KV heads, and its slice
+of the MLP's intermediate features; o_proj and down_proj all-reduce.
 """
 from __future__ import annotations
 
@@ -11,7 +15,9 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from reference.distributed.parallel_state import tp_world_size
 from reference.layers.attention import AttentionMetadata
+from reference.layers.linear import ColumnParallelLinear, ParallelLMHead, RowParallelLinear, VocabParallelEmbedding
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -111,14 +117,16 @@ class RotaryEmbedding(nn.Module):
 class Qwen3Attention(nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
-        self.num_heads = cfg["num_attention_heads"]
-        self.num_kv_heads = cfg["num_key_value_heads"]
-        self.head_dim = cfg.get("head_dim") or cfg["hidden_size"] // self.num_heads
+        world = tp_world_size()
+        self.head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        self.num_heads = cfg["num_attention_heads"] // world        # this rank's heads
+        self.num_kv_heads = cfg["num_key_value_heads"] // world
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         bias = cfg.get("attention_bias", False)
-        self.qkv_proj = nn.Linear(cfg["hidden_size"], self.q_size + 2 * self.kv_size, bias=bias)
-        self.o_proj = nn.Linear(self.q_size, cfg["hidden_size"], bias=bias)
+        full_q, full_kv = self.q_size * world, self.kv_size * world
+        self.qkv_proj = ColumnParallelLinear(cfg["hidden_size"], [full_q, full_kv, full_kv], bias=bias)
+        self.o_proj = RowParallelLinear(full_q, cfg["hidden_size"], bias=bias)
         self.q_norm = RMSNorm(self.head_dim, cfg["rms_norm_eps"])
         self.k_norm = RMSNorm(self.head_dim, cfg["rms_norm_eps"])
         self.scale = self.head_dim ** -0.5
@@ -141,9 +149,9 @@ class Qwen3Attention(nn.Module):
 class Qwen3MLP(nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
-        self.intermediate = cfg["intermediate_size"]
-        self.gate_up_proj = nn.Linear(cfg["hidden_size"], 2 * self.intermediate, bias=False)
-        self.down_proj = nn.Linear(self.intermediate, cfg["hidden_size"], bias=False)
+        full = cfg["intermediate_size"]
+        self.gate_up_proj = ColumnParallelLinear(cfg["hidden_size"], [full, full], what="intermediate_size")
+        self.down_proj = RowParallelLinear(full, cfg["hidden_size"], what="intermediate_size")
         self.ops = EAGER_OPS
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -166,7 +174,7 @@ class Qwen3DecoderLayer(nn.Module):
 class Qwen3Model(nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
+        self.embed_tokens = VocabParallelEmbedding(cfg["vocab_size"], cfg["hidden_size"])
         self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg) for _ in range(cfg["num_hidden_layers"]))
         self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
         head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
@@ -190,7 +198,7 @@ class Qwen3ForCausalLM(nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
         self.model = Qwen3Model(cfg)
-        self.lm_head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
+        self.lm_head = ParallelLMHead(cfg["vocab_size"], cfg["hidden_size"])
         if cfg.get("tie_word_embeddings", False):
             self.lm_head.weight = self.model.embed_tokens.weight
 

@@ -22,9 +22,10 @@ import torch
 from transformers import AutoTokenizer, GenerationConfig
 
 from student_exercises.config import Config
+from student_exercises.distributed.tp_runner import TensorParallelRunner
 from student_exercises.engine.block_manager import BlockManager
 from student_exercises.engine.lifecycle import LifecycleLog
-from student_exercises.engine.model_runner import InFlightStep, ModelRunner
+from student_exercises.engine.model_runner import EngineDeadError, InFlightStep, ModelRunner
 from student_exercises.engine.scheduler import Scheduler
 from student_exercises.engine.sequence import PENDING_TOKEN, Sequence
 from student_exercises.sampling_params import SamplingParams
@@ -49,7 +50,8 @@ class LLMEngine:
         self.config = Config(model=model, **config_fields)
         self.tokenizer = load_tokenizer(self.config.model)
         self.eos_token_ids = stop_token_ids_of(self.config.model, self.config.hf_config, self.tokenizer)
-        self.model_runner = ModelRunner(self.config)
+        runner = ModelRunner if self.config.tensor_parallel_size == 1 else TensorParallelRunner
+        self.model_runner = runner(self.config)
         self.log = LifecycleLog(self.config.lifecycle_log)
         self.block_manager = BlockManager(self.model_runner.num_kvcache_blocks, self.config.kvcache_block_size,
                                           self.config.enable_prefix_caching)
@@ -162,7 +164,8 @@ class LLMEngine:
         sample), the requests of that batch, and of a step in flight, finish
         with reason "error" and give their blocks back; every other request
         and the engine itself go on. A failure before anything was scheduled
-        is an engine bug and is raised.
+        is an engine bug, and an `EngineDeadError` (no step can ever run
+        again) concerns every request: both are raised.
         """
         self._batch: list[Sequence] = []
         in_flight = self._in_flight
@@ -194,7 +197,7 @@ class LLMEngine:
         """Fail the requests of the batch (and of a step in flight) that raised; re-raise if there were none."""
         victims = [seq for seq in dict.fromkeys(self._batch + (in_flight.seqs if in_flight else []))
                    if not seq.is_finished]
-        if not victims:
+        if not victims or isinstance(err, EngineDeadError):
             raise err
         self._in_flight = None
         outputs = self._fail(victims, err)

@@ -19,11 +19,20 @@ import numpy as np
 import torch
 
 from student_exercises.config import Config
+from student_exercises.distributed.parallel_state import agree_on_min, layout_for, tp_rank
 from student_exercises.engine.sequence import Sequence
 from student_exercises.layers.attention import AttentionMetadata, make_backend
 from student_exercises.layers.sampler import sample
 from student_exercises.models.loader import load_weights
 from student_exercises.models.qwen3 import ElementwiseOps, Qwen3Attention, Qwen3ForCausalLM
+
+
+class EngineDeadError(RuntimeError):
+    """The model runner cannot run any step again (a tensor-parallel worker died).
+
+    Unlike a failure of one batch, which fails only that batch's requests
+    (`LLMEngine.step`), this is raised to the caller: no request can be served.
+    """
 
 
 @dataclass
@@ -70,7 +79,9 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.dtype = config.torch_dtype
         self.block_size = config.kvcache_block_size
-        with torch.device(self.device):
+        self.tp_size = config.tensor_parallel_size
+        with torch.device(self.device), layout_for(self.tp_size):
+            self.rank = tp_rank()
             self.model = Qwen3ForCausalLM(config.hf_config).to(self.dtype)
         load_weights(self.model, config.model)
         self.model.eval()
@@ -82,7 +93,9 @@ class ModelRunner:
         self.attention_layers = [m for m in self.model.modules() if isinstance(m, Qwen3Attention)]
         for attn in self.attention_layers:
             attn.backend = self.backend
-        self.num_kvcache_blocks = config.num_kvcache_blocks or self._blocks_that_fit()
+        # Under TP every rank sizes its pool; all take the smallest, so one block table fits all.
+        self.num_kvcache_blocks = agree_on_min(config.num_kvcache_blocks or self._blocks_that_fit(), self.device,
+                                               self.tp_size)
         self.kv_cache = self._allocate_kv_cache(self.num_kvcache_blocks)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if self.device.type == "cuda" and not config.enforce_eager and self.backend.name != "torch":
@@ -320,8 +333,11 @@ class ModelRunner:
             hidden = hidden[last]
         if len(rows) < len(seqs):
             hidden = hidden[torch.tensor(rows, device=hidden.device)]
-        logits = self.model.compute_logits(hidden)
+        logits = self.model.compute_logits(hidden)   # under TP: every rank joins the all-gather
+        if self.rank != 0:
+            return tokens                            # only rank 0 samples
         sampled = sample(logits, [seqs[i].sampling_params for i in rows], [seqs[i].generator for i in rows])
         for i, token in zip(rows, sampled):
             tokens[i] = token
         return tokens
+

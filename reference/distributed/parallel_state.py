@@ -1,0 +1,114 @@
+"""This process's place in its tensor-parallel group, and the two collectives TP layers use.
+
+The state is process-global, like torch.distributed's own default group: a
+process is rank r of at most one TP group at a time. Layers read it when they
+are built (to size their shards) and when they run (to all-reduce). With no
+group (the default) the world size is 1 and both collectives do nothing, so
+the single-device engine pays nothing for TP existing.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+# Long enough for every rank to load an 8B shard and capture its CUDA graphs before
+# the first collective; short enough that a dead peer does not hang CI for 30 minutes.
+COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=300)
+CPU_COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=120)
+
+
+@dataclass
+class TPState:
+    rank: int = 0
+    world_size: int = 1
+    control_group: object | None = None   # gloo group for Python objects (step inputs)
+
+
+_STATE = TPState()
+
+
+def tp_rank() -> int:
+    return _STATE.rank
+
+
+def tp_world_size() -> int:
+    return _STATE.world_size
+
+
+def control_group():
+    return _STATE.control_group
+
+
+def init_tensor_parallel(rank: int, world_size: int, device: str, init_file: str) -> None:
+    """Join the group: NCCL for tensors on CUDA (gloo on the CPU), plus a gloo group for objects.
+
+    Objects (each step's scheduled sequences) go over gloo even on CUDA:
+    pickled bytes would otherwise make a round trip through GPU memory.
+    """
+    backend = "nccl" if device == "cuda" else "gloo"
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    kwargs = {"device_id": torch.device("cuda", rank)} if device == "cuda" else {}
+    timeout = COLLECTIVE_TIMEOUT if device == "cuda" else CPU_COLLECTIVE_TIMEOUT
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world_size,
+                            timeout=timeout, **kwargs)
+    control = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else dist.group.WORLD
+    _STATE.rank, _STATE.world_size, _STATE.control_group = rank, world_size, control
+
+
+def destroy_tensor_parallel() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _STATE.rank, _STATE.world_size, _STATE.control_group = 0, 1, None
+
+
+@contextlib.contextmanager
+def layout_for(world_size: int):
+    """Build a model for `world_size` ranks: this process's group, or (at 1) unsplit.
+
+    A single-device engine may be built in a process that is also rank 0 of a
+    TP engine (a test comparing the two); its layers must not see the group.
+    Layers record rank and world size when built, so the override only needs
+    to last through construction.
+    """
+    if world_size == _STATE.world_size:
+        yield
+        return
+    if world_size != 1:
+        raise RuntimeError(f"a model for {world_size} ranks needs a process group of that size "
+                           f"(this process has {_STATE.world_size})")
+    saved = (_STATE.rank, _STATE.world_size)
+    _STATE.rank, _STATE.world_size = 0, 1
+    try:
+        yield
+    finally:
+        _STATE.rank, _STATE.world_size = saved
+
+
+def all_reduce(x: torch.Tensor, world_size: int) -> torch.Tensor:
+    """Sum of x over the ranks, in place (row-parallel layers' partial sums)."""
+    if world_size > 1:
+        dist.all_reduce(x)
+    return x
+
+
+def all_gather_last_dim(x: torch.Tensor, world_size: int) -> torch.Tensor:
+    """Concatenate every rank's x along the last dimension (vocab-parallel logits)."""
+    if world_size == 1:
+        return x
+    parts = [torch.empty_like(x) for _ in range(world_size)]
+    dist.all_gather(parts, x.contiguous())
+    return torch.cat(parts, dim=-1)
+
+
+def agree_on_min(value: int, device: torch.device, world_size: int) -> int:
+    """The smallest of every rank's value: the KV pool must have the same size everywhere."""
+    if world_size == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())

@@ -1,0 +1,238 @@
+# Tutorial 09 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+
+# %% [markdown]
+# # Tutorial 09 · 分布式推理：Tensor Parallelism 与 Prefill/Decode 分离
+#
+# **教学目标**
+#
+# 1. 说清楚多卡部署里哪些组件是 **单实例**（只在 rank 0：scheduler、block manager、sampler），哪些是 **每卡一份**（权重分片、KV cache、CUDA graph）。
+# 2. 理解 column-parallel 与 row-parallel 为什么只需要 **一次 all-reduce**，并算出每个 decode step 的通信量。
+# 3. 在 CPU 上（gloo）跑 `tensor_parallel_size=2` 的真实引擎：token 与单卡完全一致，再测出通信带来的开销。
+# 4. 跑 prefill/decode 分离：prefill 进程算出第一个 token 后，把 KV blocks 用 `torch.distributed` 发给 decode 进程；看懂 `KV_SENT` / `KV_RECEIVED` 事件和传输时间。
+#
+# 第 7 讲说："单机上看起来只是'多开几个请求'的问题，进入分布式拓扑后会变成通信和协调问题。"
+# 同一个 batch 决策，在单卡上只关心调度和 KV 驻留；在 TP 下每一步都要跨卡同步；在 PD 分离下还要搬运 KV。
+
+# %%
+import os
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from inferlab.tiny_model import ensure_tiny_model
+from reference import LLM, SamplingParams
+
+MODEL = os.environ.get("INFERLAB_MODEL") or str(ensure_tiny_model())
+if not torch.cuda.is_available():
+    torch.set_num_threads(1)  # tiny model：单线程更快
+# TP=2 需要两张 GPU；没有两张卡时就在 CPU 上开两个进程（gloo 后端）
+TP_DEVICE = "cuda" if torch.cuda.device_count() >= 2 else "cpu"
+print("TP device:", TP_DEVICE)
+
+# %% [markdown]
+# ## 1. 拓扑：谁是单实例，谁每卡一份
+#
+# | 组件 | 位置 | 原因 |
+# | --- | --- | --- |
+# | `LLM` / `LLMEngine`、tokenizer、lifecycle log | 单实例，rank 0 | 请求从一个地方进、结果从一个地方出 |
+# | `Scheduler`、`BlockManager`、`Sequence` | 单实例，rank 0 | 每一步只能有 **一个** batch 决策，所有卡必须算同一个 batch |
+# | sampler | 单实例，rank 0 | all-gather 之后每张卡都有完整 logits，只由 rank 0 采样 |
+# | `ModelRunner`（准备输入、forward） | 每卡一份 | 每张卡从广播来的 batch 构造同样的输入张量 |
+# | 权重 | 每卡 1/N | QKV、gate、up 按列切；o、down 按行切；embedding 和 LM head 按词表切 |
+# | KV cache | 每卡一份，只存自己的 KV heads | 每张卡的 block 数和 block id 相同，所以一张 block table 对所有卡都成立 |
+#
+# 每一步：rank 0 调度 → 把 batch **广播** 给其它 rank → 每个 rank 算自己那份 → 在 all-reduce 处会合 → rank 0 采样。
+
+# %% [markdown]
+# ## 2. Column-parallel + row-parallel：一次 all-reduce
+#
+# MLP 是 `down(silu(gate(x)) * up(x))`。把 gate、up 的 **输出特征**（行）切成两半，每个 rank 只算一半的中间特征；
+# `silu(...) * ...` 是逐元素的，不需要通信；再把 down 的 **输入特征**（列）切成两半，每个 rank 得到一个 **部分和**。
+# 两个部分和相加（all-reduce）就是完整结果。Attention 同理：每个 rank 负责一部分 head（QKV 按列切，o_proj 按行切）。
+
+# %%
+gen = torch.Generator().manual_seed(0)
+H, I, N = 64, 256, 2
+x = torch.randn(8, H, generator=gen, dtype=torch.float64)
+gate, up = (torch.randn(I, H, generator=gen, dtype=torch.float64) for _ in range(2))
+down = torch.randn(H, I, generator=gen, dtype=torch.float64)
+
+
+def mlp(x, gate, up, down):
+    return (torch.nn.functional.silu(x @ gate.T) * (x @ up.T)) @ down.T
+
+
+partials = [mlp(x, gate.chunk(N, 0)[r], up.chunk(N, 0)[r], down.chunk(N, 1)[r]) for r in range(N)]
+diff = (mlp(x, gate, up, down) - sum(partials)).abs().max().item()
+print(f"完整 MLP vs 两个 rank 的部分和相加：max |diff| = {diff:.1e}")
+assert diff < 1e-9
+
+# %% [markdown]
+# 引擎里这些层在 `reference/layers/linear.py`：`ColumnParallelLinear`、`RowParallelLinear`（forward 末尾 all-reduce）、
+# `VocabParallelEmbedding`（每个 rank 查自己那段词表，其它位置填 0，再 all-reduce）、`ParallelLMHead`（all-gather logits）。
+#
+# 每个 decode step 的通信量：每层 2 次 all-reduce（o_proj、down_proj），再加 embedding 1 次，
+# 每次 `batch × hidden × 字节数`。下面算 tiny model 和 Qwen3-8B 形状（bf16）的数字。
+
+# %%
+def allreduce_bytes_per_step(layers, hidden, batch, bytes_per_value):
+    calls = 2 * layers + 1
+    return calls, calls * batch * hidden * bytes_per_value
+
+
+import json
+
+tiny = json.load(open(os.path.join(MODEL, "config.json")))
+for name, layers, hidden, nbytes in [("tiny (fp32)", tiny["num_hidden_layers"], tiny["hidden_size"], 4),
+                                     ("Qwen3-8B (bf16)", 36, 4096, 2)]:
+    calls, total = allreduce_bytes_per_step(layers, hidden, 64, nbytes)
+    print(f"{name:16s} batch 64: {calls} 次 all-reduce，共 {total / 2**20:.2f} MiB / step")
+
+# %% [markdown]
+# ## 3. 真实的 TP=2 引擎
+#
+# `tensor_parallel_size=2`：引擎自己用 `torch.multiprocessing`（spawn）启动 rank 1；CPU 上用 gloo，GPU 上用 NCCL。
+# 下面比较 TP=1 与 TP=2 的 greedy token（fp32 下应当 **完全相同**），以及每一步的时间。
+
+# %%
+prompts = [list(range(1 + 7 * i, 1 + 7 * i + n)) for i, n in enumerate([5, 17, 33, 40])]
+params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+config = dict(dtype="float32", num_kvcache_blocks=64, max_model_len=256, max_num_batched_tokens=256)
+
+
+def timed_generate(llm, repeats=3):
+    llm.generate(prompts, params, use_tqdm=False)                 # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        start, steps = time.perf_counter(), llm.step_index
+        out = llm.generate(prompts, params, use_tqdm=False)
+        best = min(best, (time.perf_counter() - start) / (llm.step_index - steps))
+    return [o["token_ids"] for o in out], best
+
+
+tp1 = LLM(MODEL, device="auto", **config)
+tokens1, step1 = timed_generate(tp1)
+tp2 = LLM(MODEL, device=TP_DEVICE, tensor_parallel_size=2, **config)
+attn = tp2.model_runner.model.model.layers[0].self_attn
+print(f"rank 0 每层持有 {attn.num_heads} 个 query head、{attn.num_kv_heads} 个 KV head")
+tokens2, step2 = timed_generate(tp2)
+tp2.model_runner.close()                                           # 停掉 rank 1
+print("TP=2 tokens == TP=1 tokens:", tokens2 == tokens1)
+print(f"每步时间：TP=1 {step1 * 1e3:.2f} ms，TP=2 {step2 * 1e3:.2f} ms")
+assert tokens2 == tokens1
+assert not any(p.is_alive() for p in tp2.model_runner.workers)
+
+# %%
+plt.figure(figsize=(4, 3))
+plt.bar(["TP=1", "TP=2"], [step1 * 1e3, step2 * 1e3], color=["tab:blue", "tab:orange"])
+plt.ylabel("ms / step")
+plt.title(f"tiny model on {TP_DEVICE}")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# 在 CPU 上跑 tiny model，TP=2 **更慢**：每层的矩阵乘只要几微秒，而每次 gloo all-reduce 要经过进程间通信，
+# 还要加上每步一次的 batch 广播。TP 只有在 **计算量大到能盖过通信** 时才划算：
+# 大模型（8B 的一层矩阵乘要几百微秒）+ NVLink 上的 NCCL（一次 all-reduce 几十微秒）。
+# GPU 上 TP=1 与 TP=2 的吞吐和每步 all-reduce 时间见 `docs/performance.md`（由 `scripts/gpu_tp.sh` 测出）。
+#
+# 还要注意：bf16 下 TP=2 与 TP=1 的 token 不保证完全一致。每个 rank 的部分和先舍入到 bf16 再相加，
+# 而单卡是在 fp32 里累加完整的点积后只舍入一次；随机权重下很多 logit 几乎相等，一次舍入差异就可能翻转 greedy token。
+# `docs/distributed.md` 写了容差（第一个 token 至少 90% 相同）和原因。
+
+# %% [markdown]
+# ## 4. Prefill/Decode 分离：把 KV 从一个进程搬到另一个进程
+#
+# 架构笔记里的设计：prefill 集群（算力密集）和 decode 集群（带宽密集、延迟敏感）分开部署，KV cache 在两者之间传递。
+# `DisaggregatedLLM` 就是最小的版本：prefill 进程（rank 0）和 decode 进程（rank 1），两个都是普通的 `LLMEngine`。
+#
+# 每个请求的交接协议：
+#
+# 1. P → D（pipe）：header（token ids、sampling params、有 KV 的 token 数）；
+# 2. D 用 **自己的** `BlockManager` 分配 block（prefix cache 命中的 block 不用传）；
+# 3. D → P（pipe）：`("accept", first, last)`，或 `("defer",)`（D 没空间，P 稍后再试）；
+# 4. P → D（`torch.distributed.send/recv`）：一个张量 `[2, layers, blocks, block_size, kv_heads, head_dim]`；
+# 5. D 把它拷进自己的 block，`mark_computed`，放进 running 队列；P 释放自己的 block。
+
+# %%
+from reference.distributed.disaggregation import DisaggregatedLLM
+
+pd_config = dict(device="auto", dtype="float32", kvcache_block_size=16, num_kvcache_blocks=64, max_model_len=256,
+                 max_num_batched_tokens=256)
+system = list(range(200, 232))                                  # 32 个 token 的共享 "system prompt"
+pd_prompts = [system + list(range(300 + 20 * i, 300 + 20 * i + n)) for i, n in enumerate([3, 9, 17, 30, 45, 60])]
+pd_params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+
+single = LLM(MODEL, **pd_config).generate(pd_prompts, pd_params, use_tqdm=False)
+pd = DisaggregatedLLM(MODEL, **pd_config)
+try:
+    results = pd.generate(pd_prompts[:1], pd_params) + pd.generate(pd_prompts[1:], pd_params)
+    logs = pd.logs()
+finally:
+    pd.close()
+same = [r["token_ids"] for r in results] == [o["token_ids"] for o in single]
+print("分离部署的 token == 单引擎:", same)
+assert same
+for e in [e for e in logs["decode"] if e["event"] == "KV_RECEIVED"]:
+    print(f"KV_RECEIVED seq {e['seq_id']}: {e['blocks']} blocks, {e['bytes'] / 1024:5.0f} KiB, "
+          f"{e['seconds'] * 1e3:.2f} ms, prefix 命中 {e['cached_blocks']} blocks")
+
+# %% [markdown]
+# 第一个请求把 32 token 的 system prompt（2 个 block）带到了 decode 端；之后的请求在 decode 端的 prefix cache 里命中这 2 个 block，
+# 只需要传剩下的部分（`cached_blocks = 2`）。下面画出每个请求的传输时间和字节数。
+
+# %%
+kv = [(r["kv_bytes"], r["kv_transfer_s"]) for r in results if r["kv_bytes"]]
+plt.figure(figsize=(4.5, 3))
+plt.scatter([b / 1024 for b, _ in kv], [s * 1e3 for _, s in kv])
+plt.xlabel("KV bytes sent (KiB)")
+plt.ylabel("transfer time (ms)")
+plt.title("KV handoff, gloo on CPU")
+plt.tight_layout()
+plt.show()
+ttft = [r["first_token_time"] - r["arrival_time"] for r in results]
+print(f"TTFT（prefill 进程测得）中位数 {np.median(ttft) * 1e3:.1f} ms；"
+      f"KV 传输中位数 {np.median([s for _, s in kv]) * 1e3:.2f} ms")
+
+# %% [markdown]
+# 在 CPU 上每次传输几 KiB，时间主要是固定开销（一次 send/recv 的握手），和字节数关系不大；
+# 大模型的 KV 是每 token 上百 KiB（Qwen3-8B bf16：36 层 × 8 个 KV head × 128 × 2（K、V）× 2 字节 = 144 KiB），
+# 一个 1000 token 的 prompt 就是约 140 MiB，这时带宽才是主角。GPU 上的测量见 `docs/performance.md`。
+
+# %% [markdown]
+# ## 课堂练习
+#
+# **练习 1.** Qwen3-8B（bf16，36 层，8 个 KV head，head_dim 128）一个 2000 token 的 prompt，prefill 之后要传多少字节的 KV？
+# 以 25 GB/s（跨机 RDMA 量级）和 400 GB/s（NVLink 量级）分别要多久？和它的 decode TPOT（约 10 ms 量级）比一比。
+#
+# **练习 2.** `num_key_value_heads = 8` 的模型，`tensor_parallel_size` 可以取哪些值？为什么 `Config` 在 `8 % N != 0` 时直接报错，
+# 而不是让某些 rank 多拿一个 head？（提示：每个 rank 的 KV cache 形状、block table 必须一致。）
+
+# %%
+# 在这里写你的答案
+
+
+# %% [markdown]
+# ### 参考答案
+
+# %% [answer]
+# 练习 1：每 token 的 KV = 层数 × KV heads × head_dim × 2（K、V）× 2 字节
+per_token = 36 * 8 * 128 * 2 * 2
+total = 2000 * per_token
+for name, bandwidth in [("25 GB/s", 25e9), ("400 GB/s", 400e9)]:
+    print(f"{total / 2**20:.0f} MiB at {name}: {total / bandwidth * 1e3:.2f} ms")
+assert per_token == 147456
+
+# 练习 2：N 必须整除 8（1、2、4、8），否则 rank 之间 KV head 数不同，KV cache 形状不同。
+# 下面用 tiny model（2 个 KV head）演示同一条规则：只有 1、2 可以。
+from reference.config import Config
+
+for n in (1, 2, 3, 4):
+    try:
+        Config(MODEL, device="cpu", tensor_parallel_size=n)
+        print(f"N={n}: ok")
+    except ValueError as err:
+        print(f"N={n}: {err}")
