@@ -60,6 +60,7 @@ def part(name: str, min_left_s: float):
             print(f"== {name}: {json.dumps(RESULTS[name])[:1500]}", flush=True)
             free_gpu()
             (OUT / "gpu_tp.json").write_text(json.dumps(RESULTS, indent=2))
+        run.__name__ = name
         return run
     return wrap
 
@@ -126,7 +127,9 @@ BENCH_CONFIG = dict(device="cuda", dtype="bfloat16", max_num_seqs=64, max_num_ba
 
 @part("tp_bench", 200)
 def tp_bench() -> dict:
+    t0 = time.monotonic()
     model = model_8b()
+    print(f"tp_bench: 8B model ready in {time.monotonic() - t0:.0f} s", flush=True)
     requests = make_workload("quick", QWEN3_8B["vocab_size"], seed=0)
     out = {"workload": "quick (64 requests, prompt and output 32..256)", "model": "Qwen3-8B shape, random bf16"}
     for tp in (1, 2):
@@ -139,6 +142,7 @@ def tp_bench() -> dict:
             free_gpu()
             r = run_engine(model, requests, tensor_parallel_size=tp, enforce_eager=True, **BENCH_CONFIG)
         free_gpu()
+        print(f"tp_bench: TP={tp} {r['output_tok_per_s']:.0f} out tok/s ({time.monotonic() - t0:.0f} s)", flush=True)
         out[f"tp{tp}"] = {k: r[k] for k in ("output_tok_per_s", "total_tok_per_s", "elapsed_s", "steps", "ttft_s",
                                             "tpot_s", "cuda_graphs", "attention_backend", "num_kvcache_blocks")}
     out["tp2_over_tp1"] = out["tp2"]["output_tok_per_s"] / out["tp1"]["output_tok_per_s"]
@@ -286,7 +290,9 @@ if __name__ == "__main__":
     if torch.cuda.device_count() < 2:
         RESULTS["error"] = f"needs 2 GPUs, found {torch.cuda.device_count()}"
     else:
+        wanted = os.environ.get("GPU_TP_PARTS")   # e.g. "tp_bench,pd": run only these parts
         for run in (fp32_equality, bf16_agreement, allreduce, tp_bench, pd):
-            run()
+            if wanted is None or run.__name__ in wanted.split(","):
+                run()
     (OUT / "gpu_tp.json").write_text(json.dumps(RESULTS, indent=2))
     table()
