@@ -1,0 +1,27 @@
+"""Release-only stand-ins: the engine runs end to end in a student release of lab 1, 2 or 3.
+
+A lab N release stubs the regions of every later lab, so without help its
+engine stops at the first later-lab region it reaches (lab 4's model runner
+for a lab 2 student). Here are replacements for the later labs' parts, at the
+level of the whole part, so that none of them contains a later lab's solution:
+
+- `lab2` -> `block_manager.PlainBlockManager`: paged blocks without prefix
+  caching, sharing or reference counts (what lab 1's public test double
+  already shows).
+- `lab3` -> `scheduler.ReservingScheduler`: first come, first served, whole
+  prompts, and every request's blocks reserved up to its longest length at
+  admission, so no decode ever runs out of blocks and nothing is preempted.
+- `lab4` -> `model_runner.DenseModelRunner`: transformers' own forward pass,
+  one sequence at a time, with a dense per-sequence KV cache; no paged inputs
+  and no paged attention.
+
+Each keeps the course's own code wherever the student's lab lives: the
+stand-in scheduler subclasses `Scheduler` and still calls its lab 1 logging
+methods, the stand-in runner has no region of lab 1-3 in its way, so a lab 1
+student's log events, a lab 2 student's block manager and a lab 3 student's
+scheduler are what the engine runs. `choice` picks the classes; `labs` names
+the labs to replace and is empty in the course repository (the reference
+engine and the generated `student_exercises/` never use a stand-in); `inferlab
+release` rewrites it. Why whole parts rather than region bodies, and what the
+stand-ins cost, is in docs/labs.md ("Stand-ins in a release").
+"""
