@@ -26,6 +26,7 @@ from inferlab.exercises import (
     load_reference,
     write_package,
 )
+from inferlab.later_labs import used_support, with_standins
 
 # What a release needs from the `inferlab` package: the tests build the tiny model, `inferlab check` scores.
 TOOL_MODULES = ("__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py")
@@ -39,12 +40,12 @@ def earlier_labs(lab: str) -> list[str]:
 
 
 def lab_test_files(tests_dir: Path, lab: str) -> list[Path]:
-    """The shared test support files and this lab's test modules (never another lab's)."""
-    shared = [tests_dir / "conftest.py", *sorted(tests_dir.glob("lab_*.py"))]
+    """conftest.py, the support modules this lab's tests import, and its test modules (never another lab's)."""
     own = sorted(tests_dir.glob(f"test_{lab}_*.py"))
     if not own:
         raise FileNotFoundError(f"no public tests for {lab} in {tests_dir}")
-    return shared + own
+    conftest = tests_dir / "conftest.py"
+    return [conftest, *used_support(tests_dir, [conftest, *own])] + own
 
 
 def copy_tests(root: Path, lab: str, dest_package: Path) -> list[str]:
@@ -191,7 +192,7 @@ def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
         raise ValueError(f"{out} exists and is not empty; choose a new folder")
     tree = load_reference(root)
     out.mkdir(parents=True, exist_ok=True)
-    write_package(generate(tree, filled_labs(earlier)), out / PACKAGE)
+    write_package(with_standins(generate(tree, filled_labs(earlier)), lab), out / PACKAGE)   # the engine runs
     copy_tests(root, lab, out / PACKAGE)
     tools = out / "inferlab"
     tools.mkdir()

@@ -2,13 +2,14 @@
 """Release-only stand-in for lab 2's block manager: paged blocks, no prefix caching.
 
 Used only in a lab 1 release (whose lab 2 regions are stubbed), so that the
-engine there can serve requests. It overrides every method that holds a lab 2
-region with the simplest paging that is still correct: a sequence gets fresh
-blocks for all its tokens from a FIFO free list (least recently freed first),
-never shares one, and gives them all back, last block first, when it leaves.
-That is exactly the allocator lab 1's public test double describes
-(`student_exercises/tests/lab_fakes.py`), so it shows a lab 1 student nothing
-that their release did not already show.
+engine there can serve requests. It is the allocator lab 1's public test
+double already describes (`student_exercises/tests/lab_fakes.py`): a sequence
+gets fresh blocks for all its tokens from a FIFO free list (lowest id first,
+freed blocks join the back, last block first), never shares one, and gives
+them all back when it leaves. Without prefix hits its block tables are the
+course block manager's. It stands alone (it does not subclass the stubbed
+`BlockManager`), offering the methods and counters the engine and the
+schedulers call.
 
 What it leaves out is what lab 2 grades: prefix caching (chained hashes,
 shared blocks, reference counts above 1, reviving freed blocks, dropping
@@ -18,45 +19,62 @@ is prefilled in full, so a lab 1 release never logs a cache hit
 """
 from __future__ import annotations
 
-from student_exercises.engine.block_manager import BlockManager
+from collections import deque
+
+from student_exercises.engine.block_manager import Block
 from student_exercises.engine.sequence import Sequence
 
 
-class PlainBlockManager(BlockManager):
+class PlainBlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
-        super().__init__(num_blocks, block_size, enable_prefix_caching=False)
+        self.block_size = block_size
+        self.enable_prefix_caching = False   # asked for or not: there is no prefix cache here
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        self.free: deque[int] = deque(range(num_blocks))
 
-    def _prefix_hits(self, seq: Sequence) -> list[int]:
-        return []   # no prefix cache: nothing is ever shared
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return len(self.blocks) - len(self.free)
+
+    def _needed(self, seq: Sequence) -> int:
+        return -(-len(seq) // self.block_size)
+
+    def num_cached_tokens(self, seq: Sequence) -> int:
+        return 0   # no prefix cache: a new request never starts with cached tokens
 
     def can_allocate(self, seq: Sequence) -> bool:
-        return seq.num_blocks <= self.num_free_blocks
+        return self._needed(seq) <= len(self.free)
 
     def allocate(self, seq: Sequence) -> None:
         assert not seq.block_table, f"seq {seq.seq_id} already has blocks"
-        seq.block_table = [self._take_free_block() for _ in range(seq.num_blocks)]
+        self._grow(seq)
         seq.num_cached_tokens = 0
 
-    def _take_free_block(self) -> int:
-        block_id, _ = self.free_block_ids.popitem(last=False)
-        self.blocks[block_id].reset()
-        return block_id
-
     def deallocate(self, seq: Sequence) -> int:
-        for block_id in reversed(seq.block_table):
-            self.blocks[block_id].ref_count = 0
-            self.free_block_ids[block_id] = None
         freed = len(seq.block_table)
+        self.free.extend(reversed(seq.block_table))   # last block first, as lab 1's test double does
+        for block_id in seq.block_table:
+            self.blocks[block_id].ref_count = 0
         seq.block_table = []
         seq.num_cached_tokens = 0
         return freed
 
     def can_append(self, seq: Sequence) -> bool:
-        return len(seq.block_table) >= seq.num_blocks or self.num_free_blocks >= 1
+        return bool(self.free) or len(seq.block_table) >= self._needed(seq)
 
     def may_append(self, seq: Sequence) -> None:
-        if len(seq.block_table) < seq.num_blocks:
-            seq.block_table.append(self._take_free_block())
+        self._grow(seq)
 
     def mark_computed(self, seq: Sequence, num_new_tokens: int) -> None:
         seq.num_cached_tokens += num_new_tokens   # nothing is published: no prefix cache
+
+    def _grow(self, seq: Sequence) -> None:
+        """Fresh blocks from the front of the free list until every token of seq has a slot."""
+        while len(seq.block_table) < self._needed(seq):
+            block = self.blocks[self.free.popleft()]
+            block.ref_count = 1
+            seq.block_table.append(block.block_id)
