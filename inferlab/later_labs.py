@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from inferlab.exercises import LABS, ReferenceTree, generate
+from inferlab.exercises import LABS, PACKAGE, ReferenceTree, generate
 
 STANDINS = "standins/"
 SWITCH = STANDINS + "labs.py"
@@ -56,6 +56,29 @@ def with_standins(files: dict[str, str], lab: str, labs: Iterable[str] = LABS) -
     if later:
         out[SWITCH] = switch.replace(OFF, f"STANDIN_LABS: frozenset[str] = frozenset({later!r})\n")
     return out
+
+
+def engine_section(lab: str, labs: Iterable[str] = LABS) -> str:
+    """The release README's section on running the engine (and, before lab 4, on its stand-ins)."""
+    later = later_labs(lab, labs)
+    standins = (f"\nThe engine's parts from {', '.join(later)} are stand-ins, not solutions: "
+                f"`{PACKAGE}/standins/` says what each one does and what it cannot show (the greedy tokens are "
+                "the course engine's; schedules differ only when memory is tight).\n") if later else ""
+    return f"""## Run the engine
+
+Once your regions are written, the whole engine serves requests on the tiny model (CPU):
+
+```bash
+python -c "
+from inferlab.tiny_model import ensure_tiny_model
+from {PACKAGE} import LLM, SamplingParams
+llm = LLM(str(ensure_tiny_model()), device='cpu', max_num_seqs=4)
+outs = llm.generate(['Hello', 'What is a KV cache?'], SamplingParams(temperature=0.0, max_tokens=16))
+print([o['token_ids'] for o in outs])
+"
+```
+{standins}
+"""
 
 
 def used_support(tests_dir: Path, tests: list[Path]) -> list[Path]:

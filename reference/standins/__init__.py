@@ -17,11 +17,15 @@ level of the whole part, so that none of them contains a later lab's solution:
 
 Each keeps the course's own code wherever the student's lab lives: the
 stand-in scheduler subclasses `Scheduler` and still calls its lab 1 logging
-methods, the stand-in runner has no region of lab 1-3 in its way, so a lab 1
-student's log events, a lab 2 student's block manager and a lab 3 student's
-scheduler are what the engine runs. `choice` picks the classes; `labs` names
+methods, and the model runner and block manager hold no region of an earlier
+lab, so a lab 1 student's log events, a lab 2 student's block manager and a
+lab 3 student's scheduler are what the engine runs. `choice` picks the classes; `labs` names
 the labs to replace and is empty in the course repository (the reference
 engine and the generated `student_exercises/` never use a stand-in); `inferlab
-release` rewrites it. Why whole parts rather than region bodies, and what the
-stand-ins cost, is in docs/labs.md ("Stand-ins in a release").
+release` rewrites it, and ships only the stand-ins the release runs.
+
+Why whole parts and not region bodies: a region is too small to replace
+without writing its solution (a stand-in for `lab4.slot` is `lab4.slot`).
+A whole part can be replaced by a different, simpler design that gives the
+same tokens. Each module's docstring says what its stand-in cannot show.
 """
