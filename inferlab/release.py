@@ -2,7 +2,8 @@
 
 It contains `student_exercises/` with the regions of earlier labs filled in
 with their solutions (a student of lab 3 gets a working block manager) and
-lab N's and later labs' regions stubbed; lab N's public tests only; the
+lab N's and later labs' regions stubbed, the later labs' parts run by stand-ins
+(inferlab/later_labs.py, reference/standins/); lab N's public tests only; the
 handout and tutorials when they exist; a README; and a small installable
 `inferlab` package with just what the tests and the self-check need (the tiny
 model builder, `inferlab check`). It never contains `reference/`, the bug zoo,
@@ -26,6 +27,7 @@ from inferlab.exercises import (
     load_reference,
     write_package,
 )
+from inferlab.later_labs import engine_section, used_support, with_standins
 
 # What a release needs from the `inferlab` package: the tests build the tiny model, `inferlab check` scores.
 TOOL_MODULES = ("__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py")
@@ -39,12 +41,12 @@ def earlier_labs(lab: str) -> list[str]:
 
 
 def lab_test_files(tests_dir: Path, lab: str) -> list[Path]:
-    """The shared test support files and this lab's test modules (never another lab's)."""
-    shared = [tests_dir / "conftest.py", *sorted(tests_dir.glob("lab_*.py"))]
+    """conftest.py, the support modules this lab's tests import, and its test modules (never another lab's)."""
     own = sorted(tests_dir.glob(f"test_{lab}_*.py"))
     if not own:
         raise FileNotFoundError(f"no public tests for {lab} in {tests_dir}")
-    return shared + own
+    conftest = tests_dir / "conftest.py"
+    return [conftest, *used_support(tests_dir, [conftest, *own])] + own
 
 
 def copy_tests(root: Path, lab: str, dest_package: Path) -> list[str]:
@@ -120,7 +122,7 @@ You write the bodies of the `{lab}` exercise regions in `{PACKAGE}/`. Each regio
 
 Replace the `raise` line with your code; keep the marker lines. Only code inside the regions is graded:
 the grader copies your region bodies into its own copy of the engine, so changes anywhere else are
-not seen. {filled} Regions of later labs raise `NotImplementedError`; your tests never reach them.
+not seen. {filled} Regions of later labs raise `NotImplementedError`; neither your tests nor the engine reach them.
 
 | region | file | task |
 | --- | --- | --- |
@@ -152,7 +154,7 @@ inferlab check {lab}
 runs the same tests and prints a score table (test, points, pass/fail, total). The public tests
 are not the whole grade: hidden tests check the same behaviour on other inputs.
 
-## Also here
+{engine_section(lab)}## Also here
 
 {chr(10).join(extras) if extras else "- Nothing else for this lab."}
 """
@@ -191,7 +193,7 @@ def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
         raise ValueError(f"{out} exists and is not empty; choose a new folder")
     tree = load_reference(root)
     out.mkdir(parents=True, exist_ok=True)
-    write_package(generate(tree, filled_labs(earlier)), out / PACKAGE)
+    write_package(with_standins(generate(tree, filled_labs(earlier)), lab), out / PACKAGE)   # the engine runs
     copy_tests(root, lab, out / PACKAGE)
     tools = out / "inferlab"
     tools.mkdir()

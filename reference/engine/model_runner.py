@@ -68,8 +68,21 @@ class InFlightStep:
 
 # On the CPU the KV pool gets as many bytes as the weights, and at least this much.
 CPU_MIN_KV_BYTES = 128 * 2**20
-# Below this many bytes of weights the CPU runs single-threaded by default (see _set_cpu_threads).
+# Below this many bytes of weights the CPU runs single-threaded by default (see set_cpu_threads).
 TINY_MODEL_BYTES = 64 * 2**20
+
+
+def set_cpu_threads(model: torch.nn.Module, requested: int | None) -> None:
+    """One intra-op thread for tiny models: on small matrices thread hand-offs cost more
+    than the math, and on a busy laptop spinning worker threads made the tiny model 14x
+    slower (3.8 s vs 0.27 s measured). Process-wide: torch has no per-model setting.
+    A module function so that every runner (and a release's stand-in) follows one rule."""
+    threads = requested
+    if threads is None:
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        threads = 1 if weights < TINY_MODEL_BYTES else None
+    if threads is not None:
+        torch.set_num_threads(threads)
 
 
 class ModelRunner:
@@ -85,7 +98,7 @@ class ModelRunner:
         load_weights(self.model, config.model)
         self.model.eval()
         if self.device.type == "cpu":
-            self._set_cpu_threads()
+            set_cpu_threads(self.model, config.cpu_threads)
         if self.device.type == "cuda" and not config.enforce_eager:
             self.model.use_ops(ElementwiseOps.fused())
         self.backend = make_backend(config.attention_backend, config.device, self.block_size)
@@ -99,17 +112,6 @@ class ModelRunner:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if self.device.type == "cuda" and not config.enforce_eager and self.backend.name != "torch":
             self._capture_decode_graphs()
-
-    def _set_cpu_threads(self) -> None:
-        """One intra-op thread for tiny models: on small matrices thread hand-offs cost more
-        than the math, and on a busy laptop spinning worker threads made the tiny model 14x
-        slower (3.8 s vs 0.27 s measured). Process-wide: torch has no per-model setting."""
-        threads = self.config.cpu_threads
-        if threads is None:
-            weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
-            threads = 1 if weights < TINY_MODEL_BYTES else None
-        if threads is not None:
-            torch.set_num_threads(threads)
 
     # -- KV cache ------------------------------------------------------------
     def _bytes_per_block(self) -> int:

@@ -1,0 +1,116 @@
+"""Release-only stand-in for lab 4's model runner: transformers' own forward, one sequence at a time.
+
+Used in lab 1, 2 and 3 releases (whose lab 4 regions are stubbed), so that the
+engine there serves requests. It answers the engine's questions as the course
+runner does (`num_kvcache_blocks`, `run`, `launch_decode`) but never builds
+the paged inputs (slot mapping, block tables, cu_seqlens) or attends over a
+paged cache, which is what lab 4 is: the tokens come from the model as
+transformers implements it (`AutoModelForCausalLM`), the same independent
+route the public tests already check the course engine against.
+
+Each sequence keeps its own dense KV cache (transformers' `DynamicCache`),
+keyed by the sequence, holding the K/V of the tokens it has already fed in.
+A step feeds only what that cache lacks and samples with the course's own
+sampler, so greedy tokens are the course engine's, and a sampled request
+draws from its own generator as it does there.
+
+Its price: block tables are bookkeeping only (the K/V do not live in the
+blocks the block manager handed out), so a block manager that gives two live
+sequences the same block still produces the right tokens here, while the
+course engine would mix their K/V; the lab 2 public tests check block tables
+directly for that reason. Prefix-cache hits save no compute, a prefill chunk
+that does not finish its prompt is computed later with the rest, the KV pool
+is sized as if every sequence could reach max_model_len (no memory
+measurement), and there are no CUDA graphs, no tensor parallelism and no KV
+transfer: on a GPU it is far slower than the course engine.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from reference.config import Config
+from reference.engine.model_runner import InFlightStep, set_cpu_threads
+from reference.engine.sequence import PENDING_TOKEN, Sequence
+from reference.layers.sampler import sample
+
+LAB4_NEEDED = "this release runs a stand-in model runner (transformers' forward; lab 4 writes the real one)"
+
+
+@dataclass
+class DenseState:
+    """One sequence's dense KV cache and the tokens whose K/V it holds."""
+    seq: Sequence
+    token_ids: list[int] = field(default_factory=list)
+    past: Any = None   # transformers' cache object, created by the first forward
+
+
+def no_tensor_parallelism(config: Config):
+    """Stands in for TensorParallelRunner: tensor parallelism splits lab 4's runner, which a release lacks."""
+    raise ValueError(f"tensor_parallel_size={config.tensor_parallel_size} needs lab 4's model runner; {LAB4_NEEDED}")
+
+
+class DenseModelRunner:
+    def __init__(self, config: Config):
+        self.config = config
+        self.device = torch.device(config.device)
+        self.block_size = config.kvcache_block_size
+        self.model = AutoModelForCausalLM.from_pretrained(config.model, dtype=config.torch_dtype).to(self.device)
+        self.model.eval()
+        if self.device.type == "cpu":
+            set_cpu_threads(self.model, config.cpu_threads)
+        per_seq = -(-config.max_model_len // self.block_size)
+        self.num_kvcache_blocks = config.num_kvcache_blocks or config.max_num_seqs * per_seq
+        self.states: dict[int, DenseState] = {}
+
+    @torch.inference_mode()
+    def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int | None]:
+        """One token for each sequence whose scheduled tokens reach its end; None for the others."""
+        self._forget_finished()
+        tokens: list[int | None] = [None] * len(seqs)
+        rows = [i for i, seq in enumerate(seqs) if seq.num_cached_tokens + seq.num_scheduled_tokens == len(seq)]
+        if not rows:
+            return tokens
+        logits = torch.stack([self._last_logits(seqs[i], seqs[i].token_ids) for i in rows])
+        sampled = sample(logits, [seqs[i].sampling_params for i in rows], [seqs[i].generator for i in rows])
+        for i, token in zip(rows, sampled):
+            tokens[i] = token
+        return tokens
+
+    @torch.inference_mode()
+    def launch_decode(self, seqs: list[Sequence], previous: InFlightStep | None) -> InFlightStep:
+        """Async scheduling's decode step, computed at once (greedy only, as the engine guarantees)."""
+        self._forget_finished()
+        earlier = previous.tokens() if previous is not None else []
+        chosen = []
+        for seq in seqs:
+            token_ids = seq.token_ids
+            if token_ids[-1] == PENDING_TOKEN:
+                token_ids = token_ids[:-1] + [earlier[previous.row_of[seq.seq_id]]]
+            chosen.append(int(self._last_logits(seq, token_ids).argmax()))
+        return InFlightStep.start(seqs, torch.tensor(chosen, dtype=torch.int64))
+
+    def _last_logits(self, seq: Sequence, token_ids: list[int]) -> torch.Tensor:
+        """Logits after `token_ids`, feeding the model only the tokens this sequence's cache lacks."""
+        state = self.states.get(seq.seq_id)
+        if state is None or state.seq is not seq or not self._extends(state.token_ids, token_ids):
+            state = self.states[seq.seq_id] = DenseState(seq)   # nothing reusable cached: start over
+        start = len(state.token_ids)
+        out = self.model(input_ids=torch.tensor([token_ids[start:]], device=self.device),
+                         position_ids=torch.arange(start, len(token_ids), device=self.device)[None],
+                         past_key_values=state.past, use_cache=True, logits_to_keep=1)
+        state.past, state.token_ids = out.past_key_values, list(token_ids)
+        return out.logits[0, -1]
+
+    @staticmethod
+    def _extends(cached: list[int], token_ids: list[int]) -> bool:
+        """Is `cached` a strict prefix of `token_ids` (so its K/V can be kept)?"""
+        return len(cached) < len(token_ids) and token_ids[:len(cached)] == cached
+
+    def _forget_finished(self) -> None:
+        """Drop the caches of sequences that finished (a preempted one keeps its cache: same tokens)."""
+        for seq_id in [i for i, state in self.states.items() if state.seq.is_finished]:
+            del self.states[seq_id]

@@ -1,0 +1,125 @@
+"""The release-only stand-ins (reference/standins/) give the course engine's tokens, in-process and fast.
+
+Each stand-in is patched into `llm_engine` by name, the way lab 1's public
+tests patch their test doubles in, and the run is compared with the course
+engine's own on the same requests: greedy tokens, one seeded sampled request,
+a tight pool (the course scheduler preempts there), a shared prefix (the
+course block manager hits its cache), chunked prefill and async scheduling.
+The claims their docstrings make about schedules and block tables are checked
+against the course engine's lifecycle log. Releases themselves are built and
+run in tests/test_release_engine.py.
+"""
+from __future__ import annotations
+
+from contextlib import ExitStack
+from unittest import mock
+
+import pytest
+
+import reference.engine.llm_engine as llm_engine
+from reference import LLM, SamplingParams
+from reference.standins import choice
+from reference.standins.block_manager import PlainBlockManager
+from reference.standins.model_runner import DenseModelRunner, no_tensor_parallelism
+from reference.standins.scheduler import ReservingScheduler
+from tests.helpers import random_prompts
+
+STANDINS = {"BlockManager": PlainBlockManager, "Scheduler": ReservingScheduler, "ModelRunner": DenseModelRunner}
+RUNNER = ("ModelRunner",)
+RUNNER_SCHEDULER = ("ModelRunner", "Scheduler")
+ALL = ("ModelRunner", "Scheduler", "BlockManager")
+BASE = dict(device="cpu", kvcache_block_size=4, max_model_len=96, max_num_seqs=4, max_num_batched_tokens=96)
+TIGHT = dict(BASE, num_kvcache_blocks=14)      # the course scheduler preempts in this pool
+AMPLE = dict(BASE, num_kvcache_blocks=200)     # every request fits at full length
+
+
+def _requests(vocab: int) -> tuple[list[list[int]], list[SamplingParams]]:
+    prompts = random_prompts([5, 17, 33, 9, 40, 3], vocab, seed=1)
+    prompts += random_prompts([20, 25], vocab, seed=2, prefix=prompts[4][:18])   # prefix-cache hits
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (12, 30, 7, 20, 16, 25, 10, 9)]
+    prompts.append(prompts[1])
+    params.append(SamplingParams(temperature=0.8, top_k=20, seed=5, max_tokens=15, ignore_eos=True))
+    return prompts, params
+
+
+def _run(model_dir: str, parts: tuple[str, ...], **config) -> tuple[list[list[int]], LLM]:
+    with ExitStack() as stack:
+        for name in parts:
+            stack.enter_context(mock.patch.object(llm_engine, name, STANDINS[name]))
+        llm = LLM(model_dir, **config)
+    for name in parts:
+        part = {"ModelRunner": llm.model_runner, "Scheduler": llm.scheduler, "BlockManager": llm.block_manager}[name]
+        assert type(part) is STANDINS[name]
+    prompts, params = _requests(llm.config.hf_config["vocab_size"])
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    assert all(o["finish_reason"] == "length" for o in outputs), [o["finish_reason"] for o in outputs]
+    return [o["token_ids"] for o in outputs], llm
+
+
+def _events(llm: LLM, name: str) -> list[dict]:
+    return [{k: v for k, v in e.items() if k != "time"} for e in llm.log.events if e["event"] == name]
+
+
+@pytest.fixture(scope="module")
+def course(tiny_model_dir):
+    """The course engine's tokens and log per configuration, computed once."""
+    cache = {}
+
+    def get(name: str, **config):
+        if name not in cache:
+            cache[name] = _run(tiny_model_dir, (), **config)
+        return cache[name]
+    return get
+
+
+@pytest.mark.parametrize("parts", [RUNNER, RUNNER_SCHEDULER, ALL], ids=["lab3-release", "lab2-release", "lab1-release"])
+def test_standins_give_the_course_engines_tokens_in_a_tight_pool(tiny_model_dir, course, parts):
+    expected, reference_llm = course("tight", **TIGHT)
+    assert _events(reference_llm, "PREEMPTED"), "the pool should make the course scheduler preempt"
+    tokens, llm = _run(tiny_model_dir, parts, **TIGHT)
+    assert tokens == expected
+    if "Scheduler" in parts:
+        assert not _events(llm, "PREEMPTED"), "the reserving scheduler never needs to preempt"
+        assert max(e["kv_blocks_used"] for e in _events(llm, "STEP")) <= TIGHT["num_kvcache_blocks"]
+
+
+def test_dense_runner_under_the_course_scheduler_with_chunked_prefill(tiny_model_dir, course):
+    """A lab 3 release: the student's scheduler may chunk prompts; the stand-in runner samples only at their end."""
+    config = dict(TIGHT, enable_chunked_prefill=True, max_num_batched_tokens=16)
+    expected, reference_llm = course("chunked", **config)
+    assert any(e["num_new_tokens"] < 16 and e["is_prefill"] for e in _events(reference_llm, "SCHEDULED"))
+    tokens, llm = _run(tiny_model_dir, RUNNER, **config)
+    assert tokens == expected
+    assert _events(llm, "SCHEDULED") == _events(reference_llm, "SCHEDULED")
+
+
+def test_dense_runner_with_async_scheduling(tiny_model_dir, course):
+    expected, _ = course("tight", **TIGHT)
+    tokens, llm = _run(tiny_model_dir, RUNNER, async_scheduling=True, **TIGHT)
+    assert tokens == expected
+    llm.generate([[1, 2, 3]], SamplingParams(max_tokens=2, ignore_eos=True), use_tqdm=False)
+    assert len(llm.model_runner.states) == 1, "the dense caches of finished sequences are dropped at the next step"
+
+
+def test_with_an_ample_pool_the_standins_schedule_as_the_course_engine(tiny_model_dir, course):
+    """The docstrings' claim: without memory pressure the reserving scheduler's steps and block tables are
+    the course scheduler's, and with prefix caching off the plain block manager's tables are the course's."""
+    _, reference_llm = course("ample", **AMPLE)
+    _, llm = _run(tiny_model_dir, RUNNER_SCHEDULER, **AMPLE)
+    assert _events(llm, "SCHEDULED") == _events(reference_llm, "SCHEDULED")
+    _, no_prefix = course("ample-no-prefix", enable_prefix_caching=False, **AMPLE)
+    _, llm = _run(tiny_model_dir, ALL, **AMPLE)
+    assert _events(llm, "SCHEDULED") == _events(no_prefix, "SCHEDULED")
+
+
+def test_standin_errors_name_the_problem(tiny_model_dir):
+    with pytest.raises(ValueError, match="prefills whole prompts"):
+        _run(tiny_model_dir, RUNNER_SCHEDULER, **dict(BASE, enable_chunked_prefill=True, max_num_batched_tokens=16))
+    with pytest.raises(ValueError, match="needs lab 4's model runner"):
+        no_tensor_parallelism(mock.Mock(tensor_parallel_size=2))
+
+
+def test_the_course_repository_runs_no_standin():
+    assert choice.STANDIN_LABS == frozenset()
+    assert (llm_engine.BlockManager.__module__, llm_engine.Scheduler.__module__, llm_engine.ModelRunner.__module__) == (
+        "reference.engine.block_manager", "reference.engine.scheduler", "reference.engine.model_runner")
