@@ -197,3 +197,21 @@ def test_waiting_queue_limit_gives_503_with_retry_after(tiny_model_dir):
     response = asyncio.run(over_http())
     assert response.status_code == 503 and response.headers["retry-after"] == "3"
     assert "retry later" in response.json()["error"]["message"]
+
+
+def test_sharegpt_dataset_and_arrival_gaps(tmp_path):
+    from inferlab.bench_serve import arrival_gaps, sharegpt_requests
+
+    data = [{"conversations": [{"from": "human", "value": "x" * 40}, {"from": "gpt", "value": "y" * 80}]},
+            {"conversations": [{"from": "human", "value": "only a question"}]},          # no reply: skipped
+            {"conversations": [{"from": "human", "value": "q" * 8}, {"from": "gpt", "value": "a" * 2}]}]
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps(data))
+    requests = sorted(sharegpt_requests(str(path), 10, seed=0), key=lambda r: r.prompt_len)
+    assert [(r.prompt_len, r.output_len) for r in requests] == [(2, 1), (10, 20)]   # 4 characters a token, >= 1
+    with pytest.raises(ValueError, match="ShareGPT"):
+        path.write_text("[]")
+        sharegpt_requests(str(path), 10, seed=0)
+    gaps = arrival_gaps(20_000, rate=50.0, burstiness=1.0, seed=0)
+    assert abs(sum(gaps) / len(gaps) - 1 / 50) < 0.001          # mean gap 1/rate
+    assert arrival_gaps(3, float("inf"), 1.0, 0) == [0.0, 0.0, 0.0]
