@@ -2,15 +2,18 @@
 
 The modules, in the order a grade is made:
 
+- `paths`: where each lab's parts are (from `courseware.labs`) and what graded code may not see;
 - `rubric`: what is graded, as data (assignments/labN_*/rubric.json);
 - `submission`: finding submissions and cutting the student's region bodies out of them;
 - `harness`: a temp copy of the instructor's engine with those bodies spliced in;
-- `spawn` (+ `zygote.py`): the graded processes, each in its own process group, killed at its deadline;
-- `child/`: what runs inside a graded process (fence, observation recorder);
+- `spawn` (+ `zygote.py`): the graded processes, each in its own process group, killed at its deadline
+  (the project's CI forks its public-suite runs from the same fork server);
+- `payload/`: what runs inside a graded process (fence, observation recorder, hidden tests' drivers),
+  stored under the module names it runs as (`_inferlab_sandbox.py`, ...);
 - `judge`: comparing observations with the golden outputs, in the grader, never importing student code;
 - `golden`: building and checking the golden outputs;
-- `items`, `throughput`, `report_check`: one rubric item to one result;
-- `runner`: a whole class, in parallel, resumable;
+- `items`, `throughput_check`, `report_check`: one rubric item to one result;
+- `grade_run`: a whole class, in parallel, resumable (`inferlab grade run`);
 - `report`: CSV, feedback, Gradescope JSON, summary, histogram;
 - `nbgrader_bridge`: nbgrader's scores merged into the same rows.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from inferlab.labs import graded_labs
+from courseware.labs import graded_labs
 
 
 def _cmd_golden(args: argparse.Namespace) -> int:
@@ -40,7 +40,7 @@ def _cmd_golden(args: argparse.Namespace) -> int:
 
 def _cmd_grade_run(args: argparse.Namespace) -> int:
     from grading.report import summary_table
-    from grading.runner import RunOptions, grade_run
+    from grading.grade_run import RunOptions, grade_run
     console = Console()
     options = RunOptions(args.lab, Path(args.submissions), Path(args.out), jobs=args.jobs, student=args.student,
                          force=args.force, spawn=args.spawn, landlock=not args.no_landlock, keep_work=args.keep_work)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grading.paths import PRIVATE_DIRS, PRIVATE_MODULES, ROOT
+from grading.paths import hidden_roots, private_modules, python_roots
 from grading.spawn import ChildResult, ForkServer, FreshSpawner, base_env
 
 OBSERVATIONS = "observations.jsonl"
@@ -24,7 +24,12 @@ MAX_OBSERVATION_BYTES = 32 << 20
 
 @dataclass(frozen=True)
 class Fence:
-    """What graded processes may see: the model (read), and nothing of these hidden roots."""
+    """What graded processes may see: their harness, the model and Python (read), nothing of the hidden roots.
+
+    The hidden roots are the whole course repository plus the run's own
+    folders (submissions, results): deny by default, so a folder added to
+    the repository is hidden without anyone listing it.
+    """
 
     model_dir: Path
     hidden: tuple[str, ...]
@@ -32,9 +37,12 @@ class Fence:
 
     @classmethod
     def for_run(cls, model_dir: Path, *extra_hidden: Path, landlock: bool = True) -> "Fence":
-        hidden = [str(ROOT / name) for name in PRIVATE_DIRS]
-        hidden += [str(Path(p).resolve()) for p in extra_hidden]
+        hidden = [str(p.resolve()) for p in [*hidden_roots(), *map(Path, extra_hidden)]]
         return cls(Path(model_dir).resolve(), tuple(dict.fromkeys(hidden)), landlock)
+
+    def readable(self, harness: Path) -> list[str]:
+        """Roots a graded process may read even inside a hidden one: its harness, the model, Python."""
+        return [str(harness), str(self.model_dir), *map(str, python_roots())]
 
 
 def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
@@ -52,8 +60,8 @@ def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
         "INFERLAB_GRADING_MODEL": str(fence.model_dir),
         "INFERLAB_OBSERVATIONS": str(scratch / OBSERVATIONS),
         "INFERLAB_LANDLOCK": json.dumps(fence.landlock),
-        "INFERLAB_SANDBOX": json.dumps({"scratch": str(scratch), "readable": [str(harness), str(fence.model_dir)],
-                                        "hidden": list(fence.hidden), "modules": list(PRIVATE_MODULES)}),
+        "INFERLAB_SANDBOX": json.dumps({"scratch": str(scratch), "readable": fence.readable(harness),
+                                        "hidden": list(fence.hidden), "modules": private_modules()}),
     })
     return env
 

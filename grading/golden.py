@@ -1,4 +1,4 @@
-"""Golden outputs: what the reference observes on each lab's hidden tests, stored under grading/golden/.
+"""Golden outputs: what the reference observes on each lab's hidden tests, stored in each lab's folder as golden.json.
 
     inferlab golden build [--lab labN]     run the hidden tests on the reference harness, write labN.json
     inferlab golden check [--lab labN]     rebuild in a temp folder and compare; non-zero when stale
@@ -25,7 +25,7 @@ from grading.execute import Fence, Runner
 from grading.harness import build_harness, source_fingerprint
 from grading.paths import golden_path
 from grading.rubric import Rubric, load_rubric
-from inferlab.exercises import load_reference
+from courseware.exercises import load_reference
 
 FORMAT = 1
 
@@ -40,7 +40,7 @@ def cuda_available() -> bool:
 
 
 def model_dir() -> Path:
-    from inferlab.tiny_model import ensure_tiny_model
+    from courseware.tiny_model import ensure_tiny_model
     return ensure_tiny_model()
 
 

@@ -3,10 +3,13 @@
     <harness>/
         student_exercises/      generated from reference/: the student's bodies for the lab's regions
                                 (by id), the reference bodies everywhere else
-        hidden/<lab>/           the lab's hidden tests (observation only)
+        hidden/<lab>/           the lab's hidden tests (observation only), from assignments/<lab>_*/hidden/
         conftest.py             ours: fence, then record observations
         _inferlab_*.py          the fence, the recorder, the hidden tests' drivers, the throughput runner
         pytest.ini              ours
+
+The files of the last two rows are stored in grading/payload/ under exactly
+these names, so the names the graded process imports are the files' names.
 
 Nothing from the submission is copied but region bodies, so a student's
 conftest.py, sitecustomize.py or edits outside the regions never run. The
@@ -22,19 +25,10 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from grading.paths import CHILD, HIDDEN
-from inferlab.exercises import PACKAGE, ReferenceTree, generate, write_package
-from inferlab.regions import stub_body
+from grading.paths import PAYLOAD, hidden_dir
+from courseware.exercises import PACKAGE, ReferenceTree, generate, write_package
+from courseware.regions import stub_body
 
-CHILD_FILES = {
-    "conftest.py": "conftest.py",
-    "boot.py": "_inferlab_boot.py",
-    "sandbox.py": "_inferlab_sandbox.py",
-    "landlock.py": "_inferlab_landlock.py",
-    "observe.py": "_inferlab_observe.py",
-    "throughput.py": "_inferlab_throughput.py",
-}
-SUPPORT = ("support.py", "_inferlab_support.py")
 PYTEST_INI = """[pytest]
 # Written by the InferLab grader. The graded process reads only this file.
 pythonpath = .
@@ -49,7 +43,12 @@ markers =
 
 
 def hidden_tests(lab: str) -> list[Path]:
-    return sorted((HIDDEN / lab).glob("*.py"))
+    return sorted(hidden_dir(lab).glob("*.py"))
+
+
+def payload_files() -> list[Path]:
+    """The modules every harness gets, by the names they run as (grading/payload/, less its __init__)."""
+    return sorted(p for p in PAYLOAD.glob("*.py") if p.name != "__init__.py")
 
 
 def build_harness(dest: Path, lab: str, tree: ReferenceTree, bodies: Mapping[str, str] | None = None) -> Path:
@@ -73,9 +72,8 @@ def build_harness(dest: Path, lab: str, tree: ReferenceTree, bodies: Mapping[str
                 return None
             return given.get(region.region_id, stub_body(region))
     write_package(generate(tree, choose or (lambda region: None)), dest / PACKAGE)
-    for source, name in CHILD_FILES.items():
-        shutil.copyfile(CHILD / source, dest / name)
-    shutil.copyfile(HIDDEN / SUPPORT[0], dest / SUPPORT[1])
+    for path in payload_files():
+        shutil.copyfile(path, dest / path.name)
     tests = dest / "hidden" / lab
     tests.mkdir(parents=True)
     for path in hidden_tests(lab):
@@ -101,7 +99,7 @@ def source_fingerprint(lab: str, tree: ReferenceTree, extra: bytes = b"") -> str
     for relpath in sorted(tree.texts):
         # The code, not its comments: editing a hint or a region's task line changes no output.
         h.update(relpath.encode() + b"\0" + ast.dump(ast.parse(tree.texts[relpath])).encode())
-    for path in [*hidden_tests(lab), HIDDEN / SUPPORT[0], *(CHILD / name for name in sorted(CHILD_FILES))]:
+    for path in [*hidden_tests(lab), *payload_files()]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
     h.update(PYTEST_INI.encode() + extra)
     return h.hexdigest()

@@ -23,7 +23,7 @@ from grading.judge import judge_item
 from grading.report_check import check_report
 from grading.results import ItemResult
 from grading.rubric import Item, Rubric
-from grading.throughput import run_throughput
+from grading.throughput_check import run_throughput
 
 OUTPUT_FLAG_BYTES = 1 << 20
 

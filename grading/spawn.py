@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grading.child.sandbox import DENIED_TAG
+from grading.payload._inferlab_sandbox import DENIED_TAG
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 KEEP_BYTES = 16_384              # head and tail of a child's output kept for messages
@@ -223,6 +223,7 @@ class ForkServer:
         self._waiters: dict[str, tuple[threading.Event, list]] = {}
         self._started: dict[str, threading.Event] = {}
         self._pids: dict[str, int] = {}
+        self._send = threading.Lock()            # one request line at a time, whichever thread starts a child
         self.memory = memory_limit()
         self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(ZYGOTE)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=base_env(), cwd="/", start_new_session=True)
@@ -253,7 +254,8 @@ class ForkServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False) -> Child:
+    def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False,
+              path: list[str] | None = None) -> Child:
         key = f"c{next(self._ids)}"
         out_path, in_path = _fifo_pair(self.workdir, key, with_stdin)
         # O_RDWR: opening never blocks, and the child's open for writing (or reading) does not either.
@@ -264,10 +266,11 @@ class ForkServer:
             self._waiters[key] = (exited, box)
             self._started[key] = started_evt
         request = {"id": key, "mode": mode, "argv": argv, "cwd": str(cwd), "env": env, "stdout": out_path,
-                   "stdin": in_path, "fsize": FSIZE_LIMIT, "memory": self.memory}
+                   "stdin": in_path, "fsize": FSIZE_LIMIT, "memory": self.memory, "path": path or []}
         started = time.monotonic()
-        self.proc.stdin.write((json.dumps(request) + "\n").encode())
-        self.proc.stdin.flush()
+        with self._send:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
         started_evt.wait(30)
         pid = self._pids.get(key)
         if pid is None:

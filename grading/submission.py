@@ -7,8 +7,8 @@ looks like an attempt to run code outside the regions (a `conftest.py`, a
 `sitecustomize.py`, a `.pth`, edits outside the regions) is named in the
 result as ignored.
 
-Built on the public functions of `inferlab.regions` (parse_regions, stub_body);
-`inferlab.exercises` has no "bodies of one student's tree by id" function yet,
+Built on the public functions of `courseware.regions` (parse_regions, stub_body);
+`courseware.exercises` has no "bodies of one student's tree by id" function yet,
 so that small piece lives here.
 """
 from __future__ import annotations
@@ -20,8 +20,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferlab.exercises import PACKAGE, ReferenceTree, generate
-from inferlab.regions import Region, RegionError, parse_regions, stub_body
+from courseware.exercises import PACKAGE, ReferenceTree, generate
+from courseware.regions import Region, RegionError, parse_regions, stub_body
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
 MAX_FILES = 2000

@@ -16,8 +16,10 @@ It is run as a script, not `-m grading.zygote`, so that not even the
 `grading` package is imported into what the children inherit.
 
 Protocol, one JSON object per line. Requests on stdin:
-    {"id", "mode": "pytest" | "script", "argv", "cwd", "env", "stdout", "stdin", "fsize", "memory"}
-(`stdout`/`stdin` are FIFO paths made by the grader; `stdin` may be null.)
+    {"id", "mode": "pytest" | "script", "argv", "cwd", "env", "stdout", "stdin", "fsize", "memory", "path"}
+(`stdout`/`stdin` are FIFO paths made by the grader; `stdin` may be null; `path`, optional, lists
+folders put first on the child's sys.path: the project's CI runs the public suites this way, one
+tree per child. The grader passes none: its harness's pytest.ini says `pythonpath = .`.)
 Replies on stdout: {"id", "event": "started", "pid"} and {"id", "event": "exited", "status"},
 `status` being the exit code, or minus the signal number.
 """
@@ -69,6 +71,7 @@ def child(request: dict) -> None:
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
         sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
         os.chdir(request["cwd"])
+        sys.path[:0] = list(request.get("path") or [])
         os.environ.clear()
         os.environ.update(request["env"])
         if request["mode"] == "pytest":

@@ -1,1 +1,1 @@
-"""InferLab course tooling."""
+"""The `inferlab` command (`inferlab.cli`): the one place that imports both `courseware` and `grading`."""

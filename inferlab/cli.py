@@ -8,52 +8,52 @@ from rich.console import Console
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from inferlab.demo import run_demo
+    from courseware.demo import run_demo
     run_demo(args.model, args.device, args.log, tensor_parallel_size=args.tensor_parallel_size)
     return 0
 
 
 def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
-    from inferlab.tiny_model import make_tiny_model
+    from courseware.tiny_model import make_tiny_model
     path = make_tiny_model(args.dir, seed=args.seed)
     Console().print(f"tiny Qwen3 model (seed {args.seed}) written to [bold]{path}[/bold]")
     return 0
 
 
 def _cmd_trace(args: argparse.Namespace) -> int:
-    from inferlab.trace import render_trace
+    from courseware.trace import render_trace
     render_trace(args.log)
     return 0
 
 
 def _cmd_exercises(args: argparse.Namespace) -> int:
-    from inferlab.exercises import command
+    from courseware.exercises import command
     return command(args.action)
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from inferlab.release import make_release
+    from courseware.release import make_release
     out = make_release(args.lab, args.out)
     Console().print(f"{args.lab} student release written to [bold]{out}[/bold] (see its README.md)")
     return 0
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from inferlab.selfcheck import check
+    from courseware.selfcheck import check
     return check(args.lab, args.impl)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     if args.mode == "serve":
-        from inferlab.bench_serve import run_bench_serve_cli
+        from courseware.bench_serve import run_bench_serve_cli
         return run_bench_serve_cli(args)
-    from inferlab.bench import run_bench
+    from courseware.bench import run_bench
     run_bench(args)
     return 0
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from inferlab.tiny_model import ensure_tiny_model
+    from courseware.tiny_model import ensure_tiny_model
     from reference.serving.api_server import serve
     model = args.model or str(ensure_tiny_model())
     engine = {"device": args.device, "dtype": args.dtype, "max_num_seqs": args.max_num_seqs,
@@ -67,7 +67,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from inferlab.build import build
+    from courseware.build import build
     console = Console()
     try:
         report = build(args.root, args.out, only=args.only, execute=not args.no_execute,
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("log")
     trace.set_defaults(func=_cmd_trace)
 
-    from inferlab.labs import exercise_labs
+    from courseware.labs import exercise_labs
     labs = exercise_labs()
     exercises = sub.add_parser("exercises", help="build, check or list student_exercises/ (cut from reference/)")
     exercises.add_argument("action", choices=["build", "check", "list"])

@@ -15,7 +15,7 @@ sys.path.insert(0, ".")
 from reference import LLM  # noqa: E402
 from tests.helpers import random_prompts  # noqa: E402
 from tests.test_gpu import engine_last_logits, hf_last_logits, rel_err  # noqa: E402
-from inferlab.tiny_model import make_tiny_model  # noqa: E402
+from courseware.tiny_model import make_tiny_model  # noqa: E402
 
 tmp = tempfile.mkdtemp()
 src = make_tiny_model(f"{tmp}/src", seed=5)

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from inferlab.tiny_model import ensure_tiny_model  # noqa: E402
+from courseware.tiny_model import ensure_tiny_model  # noqa: E402
 from tests.engine_fuzz import run_case  # noqa: E402
 
 

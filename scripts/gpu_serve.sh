@@ -12,7 +12,7 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 inferlab() { python3 -c "import sys; from inferlab.cli import main; sys.exit(main(sys.argv[1:]))" "$@"; }
-model=$(python3 -c "from inferlab.bench import make_random_model, random_model_dir; print(make_random_model(random_model_dir('qwen3-0.6b', 'bfloat16')))" | tail -1)
+model=$(python3 -c "from courseware.bench import make_random_model, random_model_dir; print(make_random_model(random_model_dir('qwen3-0.6b', 'bfloat16')))" | tail -1)
 nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/gpu.txt"
 inferlab serve "$model" --port 8321 --served-model-name qwen3-0.6b-random --dtype bfloat16 \
   --lifecycle-log "$OUT/serve_lifecycle.jsonl" --async-scheduling > "$OUT/server.txt" 2>&1 &

@@ -26,7 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from inferlab.bench import QWEN3_0_6B, make_random_model, make_workload, random_model_dir, run_engine  # noqa: E402
+from courseware.bench import QWEN3_0_6B, make_random_model, make_workload, random_model_dir, run_engine  # noqa: E402
 
 QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,

@@ -24,10 +24,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from grading.fixtures import solved, stubs, write_submission
-from inferlab.bugzoo import load_mutants
-from inferlab.exercises import load_reference
-from inferlab.regions import stub_body
+from tests.grading_fixtures import solved, stubs, write_submission
+from courseware.bugzoo import load_mutants
+from courseware.exercises import load_reference
+from courseware.regions import stub_body
 
 LAB = "lab2"
 

@@ -19,7 +19,7 @@ from collections import defaultdict
 import torch
 
 sys.path.insert(0, ".")
-from inferlab.bench import make_random_model, make_workload, random_model_dir  # noqa: E402
+from courseware.bench import make_random_model, make_workload, random_model_dir  # noqa: E402
 from reference import LLM, SamplingParams  # noqa: E402
 
 

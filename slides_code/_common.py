@@ -36,7 +36,7 @@ def model_dir() -> str:
     """$INFERLAB_MODEL (any Hugging Face Qwen3 folder), else the built-in tiny model."""
     if os.environ.get(MODEL_ENV):
         return os.environ[MODEL_ENV]
-    from inferlab.tiny_model import ensure_tiny_model
+    from courseware.tiny_model import ensure_tiny_model
     return str(ensure_tiny_model())
 
 

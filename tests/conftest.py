@@ -38,5 +38,5 @@ def device(pytestconfig) -> str:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
-    from inferlab.tiny_model import make_tiny_model
+    from courseware.tiny_model import make_tiny_model
     return str(make_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0))

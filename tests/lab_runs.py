@@ -2,9 +2,10 @@
 
 Every run gets its own tree (a directory holding a `student_exercises/`
 package: all stubbed, some labs filled, or one bug-zoo mutant) and its own
-pytest process, forked from tests/lab_zygote.py after torch and transformers
-are imported, so nothing a run imports from the engine can leak into another. Outcomes are
-read from `inferlab.score_plugin`'s JSON file, never from exit codes, and each
+pytest process, forked from the grader's fork server (`grading.spawn.ForkServer`,
+which has imported torch and transformers and nothing of the course), so
+nothing a run imports from the engine can leak into another. Outcomes are
+read from `courseware.score_plugin`'s JSON file, never from exit codes, and each
 run also records which `student_exercises` it imported (`package_origin`), so
 a run can never silently test the wrong tree.
 """
@@ -12,14 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inferlab.labs import exercise_labs
-from inferlab.selfcheck import TESTS, SuiteRun, pytest_command
+from courseware.labs import exercise_labs
+from courseware.selfcheck import TESTS, SuiteRun, pytest_command
+from grading.spawn import ForkServer
 
 ROOT = Path(__file__).resolve().parents[1]
 LABS = tuple(exercise_labs())
@@ -36,9 +38,9 @@ class Job:
     extra: tuple[str, ...] = field(default=())
 
 
-def zygote_env(cache: Path) -> dict[str, str]:
+def run_env(cache: Path) -> dict[str, str]:
     """Environment of the runs: one thread each (they run side by side), offline, a shared model cache."""
-    env = dict(os.environ)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
     env.update(INFERLAB_CACHE=str(cache), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1",
                TRANSFORMERS_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1", TOKENIZERS_PARALLELISM="false",
                PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")   # only the plugins we name with -p (docs/design.md §4)
@@ -46,27 +48,28 @@ def zygote_env(cache: Path) -> dict[str, str]:
 
 
 def run_all(jobs: Iterable[Job], cache: Path, workdir: Path, workers: int | None = None) -> dict[str, SuiteRun]:
-    """Run every job, `workers` at a time (default: one per CPU core), as forks of tests/lab_zygote.py."""
+    """Run every job, `workers` at a time (default: one per CPU core), as children of one fork server."""
     jobs = list(jobs)
-    specs = []
-    for i, job in enumerate(jobs):
+    env = run_env(cache)
+    server = ForkServer()
+
+    def run(index_job: tuple[int, Job]) -> tuple[str, SuiteRun]:
+        i, job = index_job
         results = workdir / f"run{i}.json"
-        command = pytest_command(job.tree / TESTS, job.marker, results, job.impl, job.extra)
-        specs.append({"key": job.key, "cwd": str(job.tree), "args": command[3:], "log": str(workdir / f"run{i}.log"),
-                      "results": str(results)})
-    spec_path = workdir / "jobs.json"
-    spec_path.write_text(json.dumps({"workers": workers or max(1, os.cpu_count() or 1), "timeout": RUN_TIMEOUT_S,
-                                     "jobs": specs}))
-    subprocess.run([sys.executable, str(Path(__file__).with_name("lab_zygote.py")), str(spec_path)],
-                   env=zygote_env(cache), check=True)
-    done = json.loads(spec_path.with_suffix(".done.json").read_text())
-    runs = {}
-    for spec in specs:
-        results, status = Path(spec["results"]), done.get(spec["key"], {"returncode": -1, "wall_s": 0.0})
+        argv = pytest_command(job.tree / TESTS, job.marker, results, job.impl, job.extra)[3:]
+        child = server.start("pytest", argv, job.tree, env, path=[str(job.tree), str(ROOT)])
+        done = child.wait(time.monotonic() + RUN_TIMEOUT_S)
+        output = done.output.text()
+        (workdir / f"run{i}.log").write_text(output, encoding="utf-8")
         data = json.loads(results.read_text(encoding="utf-8")) if results.is_file() else {}
-        output = Path(spec["log"]).read_text(encoding="utf-8", errors="replace")
-        runs[spec["key"]] = SuiteRun(status["returncode"], status["wall_s"], output, data)
-    return runs
+        status = -1 if done.status is None or done.timed_out else done.status
+        return job.key, SuiteRun(status, done.wall_s, output, data)
+
+    try:
+        with ThreadPoolExecutor(workers or max(1, os.cpu_count() or 1)) as pool:
+            return dict(pool.map(run, enumerate(jobs)))
+    finally:
+        server.close()
 
 
 def expected_origin(job: Job) -> Path:

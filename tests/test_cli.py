@@ -7,7 +7,7 @@ from pathlib import Path
 from rich.console import Console
 
 from inferlab.cli import main
-from inferlab.demo import DEMO_CONVERSATIONS, DEMO_MAX_NUM_SEQS, run_demo
+from courseware.demo import DEMO_CONVERSATIONS, DEMO_MAX_NUM_SEQS, run_demo
 from reference.metrics import check_lifecycle, read_log, request_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def test_bench_sync_and_async_on_the_cpu(tiny_model_dir, tmp_path):
     """`inferlab bench --scheduling both` runs the engine twice and accounts for every token of the workload."""
     import json
 
-    from inferlab.bench import make_workload
+    from courseware.bench import make_workload
     out = tmp_path / "bench.json"
     assert main(["bench", "--workload", "quick", "--model", tiny_model_dir, "--device", "cpu", "--dtype", "float32",
                  "--scheduling", "both", "--out", str(out)]) == 0

@@ -24,7 +24,7 @@ def vocab_size(model_dir: str) -> int:
         return json.load(f)["vocab_size"]
 
 
-def run_engine(model_dir: str, device: str, prompts: list[list[int]], **config) -> tuple[list[list[int]], LLM]:
+def engine_tokens(model_dir: str, device: str, prompts: list[list[int]], **config) -> tuple[list[list[int]], LLM]:
     llm = LLM(model_dir, device=device, dtype="float32", **config)
     outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True),
                         use_tqdm=False)
@@ -48,7 +48,7 @@ def assert_all_blocks_free(llm: LLM) -> None:
 @pytest.mark.parametrize("prefix_caching", [False, True])
 def test_batch_of_mixed_lengths(tiny_model_dir, device, prefix_caching):
     prompts = random_prompts(LENGTHS, vocab_size(tiny_model_dir), seed=1)
-    got, llm = run_engine(tiny_model_dir, device, prompts, enable_prefix_caching=prefix_caching)
+    got, llm = engine_tokens(tiny_model_dir, device, prompts, enable_prefix_caching=prefix_caching)
     assert_same_tokens(tiny_model_dir, prompts, got)
     assert_all_blocks_free(llm)
 
@@ -72,7 +72,7 @@ def test_shared_prefixes_hit_the_cache(tiny_model_dir, device):
 def test_chunked_prefill_small_budget(tiny_model_dir, device):
     prompts = random_prompts(LENGTHS, vocab_size(tiny_model_dir), seed=4)
     budget = 24
-    got, llm = run_engine(tiny_model_dir, device, prompts, enable_chunked_prefill=True,
+    got, llm = engine_tokens(tiny_model_dir, device, prompts, enable_chunked_prefill=True,
                           max_num_batched_tokens=budget, max_model_len=512)
     assert_same_tokens(tiny_model_dir, prompts, got)
     # The 100-token prompt (index 8) needs ceil(100 / 24) prefill chunks, each within the budget.
@@ -86,7 +86,7 @@ def test_chunked_prefill_small_budget(tiny_model_dir, device):
 def test_preemption_keeps_outputs(tiny_model_dir, device):
     prompts = random_prompts(LENGTHS, vocab_size(tiny_model_dir), seed=5)
     # Room for the longest request alone (100 + 24 tokens = 8 blocks of 16) and a little more.
-    got, llm = run_engine(tiny_model_dir, device, prompts, num_kvcache_blocks=12, max_model_len=512)
+    got, llm = engine_tokens(tiny_model_dir, device, prompts, num_kvcache_blocks=12, max_model_len=512)
     assert_same_tokens(tiny_model_dir, prompts, got)
     preempted = events_of(llm.log.events, "PREEMPTED")
     assert preempted, "a 12-block pool for these prompts must force preemption"
@@ -100,7 +100,7 @@ def test_preemption_with_chunked_prefill_and_prefix_cache(tiny_model_dir, device
     vocab = vocab_size(tiny_model_dir)
     system = random_prompts([32], vocab, seed=6)[0]
     prompts = random_prompts([33, 40, 50, 60, 70, 80, 90, 99], vocab, seed=7, prefix=system)
-    got, llm = run_engine(tiny_model_dir, device, prompts, num_kvcache_blocks=14, max_model_len=512,
+    got, llm = engine_tokens(tiny_model_dir, device, prompts, num_kvcache_blocks=14, max_model_len=512,
                           enable_chunked_prefill=True, max_num_batched_tokens=32, enable_prefix_caching=True)
     assert_same_tokens(tiny_model_dir, prompts, got)
     assert events_of(llm.log.events, "PREEMPTED")
@@ -121,10 +121,10 @@ def test_stop_token_ends_request_like_truncated_oracle(tiny_model_dir, device):
 
 @pytest.mark.parametrize("seed", [0, 1, 7])
 def test_any_tiny_model_seed_matches_transformers(tmp_path, device, seed):
-    from inferlab.tiny_model import make_tiny_model
+    from courseware.tiny_model import make_tiny_model
     model_dir = str(make_tiny_model(tmp_path / f"m{seed}", seed=seed))
     prompts = random_prompts([3, 17, 40], vocab_size(model_dir), seed=seed)
-    got, _ = run_engine(model_dir, device, prompts)
+    got, _ = engine_tokens(model_dir, device, prompts)
     assert_same_tokens(model_dir, prompts, got)
 
 
@@ -132,7 +132,7 @@ def test_untied_sharded_checkpoint_loads(tmp_path, device):
     """A checkpoint like Qwen3-8B's: separate lm_head, weights split over several safetensors files."""
     import torch
     import transformers
-    from inferlab.tiny_model import make_tiny_model
+    from courseware.tiny_model import make_tiny_model
     src = make_tiny_model(tmp_path / "tied", seed=3)
     tok = transformers.AutoTokenizer.from_pretrained(src)
     cfg = transformers.AutoConfig.from_pretrained(src)
@@ -144,5 +144,5 @@ def test_untied_sharded_checkpoint_loads(tmp_path, device):
     tok.save_pretrained(out)
     assert len(list(out.glob("*.safetensors"))) > 1, "the checkpoint should be sharded for this test"
     prompts = random_prompts([9, 30], cfg.vocab_size, seed=9)
-    got, _ = run_engine(str(out), device, prompts)
+    got, _ = engine_tokens(str(out), device, prompts)
     assert_same_tokens(str(out), prompts, got)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from inferlab.bugzoo import MutantError, load_mutant, load_mutants
+from courseware.bugzoo import MutantError, load_mutant, load_mutants
 from inferlab.cli import main
-from inferlab.exercises import (
+from courseware.exercises import (
     LABS,
     PACKAGE,
     ROOT,
@@ -30,9 +30,10 @@ from inferlab.exercises import (
     stale,
     write_tree,
 )
-from inferlab.regions import RegionError, parse_regions, render, stub_body
-from inferlab.release import make_release
-from inferlab.selfcheck import SuiteRun, score, score_table
+from courseware.labs import all_labs
+from courseware.regions import RegionError, parse_regions, render, stub_body
+from courseware.release import make_release
+from courseware.selfcheck import SuiteRun, score, score_table
 
 SAMPLE = '''"""A module."""
 from reference.engine.sequence import Sequence
@@ -117,24 +118,29 @@ def test_stubbed_package_imports_wherever_the_reference_does():
 
 def test_stale_detects_edits_removals_and_additions_and_build_fixes_them(tmp_path):
     root = tmp_path / "repo"
-    shutil.copytree(ROOT / "reference", root / "reference", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(ROOT / PACKAGE, root / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("reference", PACKAGE, "assignments"):
+        shutil.copytree(ROOT / folder, root / folder, ignore=shutil.ignore_patterns("__pycache__"))
     assert stale(root) == []
     (root / PACKAGE / "tests" / "test_lab9_extra.py").write_text("def test_x():\n    pass\n")
     metrics = root / "reference" / "metrics.py"
     metrics.write_text(metrics.read_text() + "\n# an edit\n")
     (root / "reference" / "extra_module.py").write_text("X = 1\n")
     (root / "reference" / "sampling_params.py").unlink()
+    public = root / "assignments" / "lab2_block_manager" / "public" / "test_lab2_block_manager.py"
+    public.write_text(public.read_text() + "\n# a new public test would go here\n")
     problems = stale(root)
     assert any("metrics.py (differs" in p for p in problems), problems
     assert any("extra_module.py (missing)" in p for p in problems), problems
-    assert any("sampling_params.py (no reference" in p for p in problems), problems
-    assert not any("tests" in p for p in problems), problems
+    assert any("sampling_params.py (nothing generates" in p for p in problems), problems
+    assert any("test_lab9_extra.py (nothing generates" in p for p in problems), problems
+    assert any(f"test_lab2_block_manager.py (differs from its source: {public.relative_to(root).as_posix()})" in p
+               for p in problems), problems
     assert command("check", root, Console(file=io.StringIO())) == 1
     command("build", root, Console(file=io.StringIO()))
     assert stale(root) == []
     assert not (root / PACKAGE / "sampling_params.py").exists()
-    assert (root / PACKAGE / "tests" / "test_lab9_extra.py").is_file(), "build must leave the tests alone"
+    assert not (root / PACKAGE / "tests" / "test_lab9_extra.py").exists(), "the tests folder is generated whole"
+    assert "a new public test would go here" in (root / PACKAGE / "tests" / "test_lab2_block_manager.py").read_text()
 
 
 def test_splice_fills_regions_by_id(tmp_path):
@@ -177,8 +183,8 @@ def test_every_mutant_loads_and_changes_its_regions():
     ('"""x."""\nEDITS = dict(a=1)\n', "literal dict"),
 ])
 def test_malformed_mutants_are_refused(tmp_path, content, message):
-    path = tmp_path / "lab2" / "m.py"
-    path.parent.mkdir()
+    path = tmp_path / "lab2_block_manager" / "bugzoo" / "m.py"
+    path.parent.mkdir(parents=True)
     path.write_text(content)
     with pytest.raises(MutantError, match=message):
         load_mutant(path).bodies(load_reference())
@@ -192,6 +198,9 @@ def _bodies(path: Path) -> dict[str, str]:
 def test_release_holds_earlier_solutions_only_and_this_labs_tests(tmp_path):
     out = make_release("lab3", tmp_path / "rel")
     assert not (out / "reference").exists() and not (out / "bugzoo").exists()
+    folder = out / "assignments" / "lab3_scheduler"
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md", "rubric.json"], "only the public parts"
+    assert not (out / "assignments" / "lab2_block_manager").exists()
     tests = sorted(p.name for p in (out / PACKAGE / "tests").glob("test_*.py"))
     assert tests and all(name.startswith("test_lab3_") for name in tests), tests
     tree = load_reference()
@@ -205,8 +214,8 @@ def test_release_holds_earlier_solutions_only_and_this_labs_tests(tmp_path):
         assert rewrite_imports(bodies[region.region_id]) == rewrite_imports(want), region.region_id
     readme = (out / "README.md").read_text()
     assert "pytest student_exercises/tests -m lab3" in readme and "inferlab check lab3" in readme
-    assert 'inferlab = "inferlab.selfcheck:main"' in (out / "pyproject.toml").read_text()
-    assert sorted(p.name for p in (out / "inferlab").iterdir()) == sorted(
+    assert 'inferlab = "courseware.selfcheck:main"' in (out / "pyproject.toml").read_text()
+    assert sorted(p.name for p in (out / "courseware").iterdir()) == sorted(
         ["__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py"])
     with pytest.raises(ValueError, match="not empty"):
         make_release("lab3", out)
@@ -251,5 +260,5 @@ def test_lab_map_names_every_region_and_test_file():
     """docs/labs.md is the lab map: it must not fall behind the regions and suites it describes."""
     text = (ROOT / "docs" / "labs.md").read_text()
     missing = [r.region_id for r in load_reference().regions if f"`{r.region_id}`" not in text]
-    missing += [p.name for p in (ROOT / PACKAGE / "tests").glob("test_lab*.py") if p.name not in text]
+    missing += [p.name for lab in all_labs() for p in lab.public_tests() if p.name not in text]
     assert not missing, f"docs/labs.md does not mention {missing}"

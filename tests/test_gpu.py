@@ -51,7 +51,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.fixture(scope="module")
 def qwen3_small_dir(tmp_path_factory) -> str:
     """A random model with Qwen3-0.6B's per-layer shape (fewer layers, to keep the test short)."""
-    from inferlab.tiny_model import make_tiny_model
+    from courseware.tiny_model import make_tiny_model
     src = make_tiny_model(tmp_path_factory.mktemp("src") / "m", seed=5)
     tiny = transformers.AutoConfig.from_pretrained(src)
     cfg = transformers.Qwen3Config(

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from grading.child.landlock import abi_version
-from grading.fixtures import solved, stubs, with_bodies, write_submission
-from grading.paths import GOLDEN, ROOT
-from grading.runner import RunOptions, grade_run
-from inferlab.exercises import load_reference
+from grading.payload._inferlab_landlock import abi_version
+from tests.grading_fixtures import solved, stubs, with_bodies, write_submission
+from courseware.labs import ROOT
+from grading.paths import golden_path
+from grading.grade_run import RunOptions, grade_run
+from courseware.exercises import load_reference
 
 LAB = "lab2"
 CAP_S = 5.0
@@ -49,7 +50,7 @@ raise NotImplementedError("lab2.allocate")
 '''
 PATCH_AT_IMPORT = "\nimport math\nmath.isclose = lambda *a, **k: True\n"
 
-GOLDEN_FILE = str(GOLDEN / f"{LAB}.json")
+GOLDEN_FILE = str(golden_path(LAB))
 
 
 def _steal(readers: str) -> str:
@@ -74,7 +75,7 @@ raise NotImplementedError("lab2.allocate")
 
 PYTHON_READERS = (f"lambda: open({GOLDEN_FILE!r}).read(), "
                   f"lambda: __import__('pathlib').Path({GOLDEN_FILE!r}).read_text(), "
-                  "lambda: open(__import__('grading.paths').paths.GOLDEN / 'lab2.json').read(),")
+                  "lambda: open(__import__('grading.paths').paths.golden_path('lab2')).read(),")
 NATIVE_READERS = (f"lambda: bytes(__import__('torch').from_file({GOLDEN_FILE!r}, size=os.path.getsize({GOLDEN_FILE!r}), "
                   "dtype=__import__('torch').uint8).tolist()).decode(), "
                   f"lambda: __import__('numpy').fromfile({GOLDEN_FILE!r}, dtype='uint8').tobytes().decode(),")
@@ -201,7 +202,7 @@ def test_nothing_was_written_outside_scratch(batch):
 
 
 def test_the_golden_file_is_untouched_by_the_forgery_attempts():
-    data = json.loads((GOLDEN / f"{LAB}.json").read_text())
+    data = json.loads(golden_path(LAB).read_text())
     assert data["lab"] == LAB and data["tests"]
 
 

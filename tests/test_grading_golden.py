@@ -17,13 +17,13 @@ from grading.execute import Fence, Runner, child_env, pytest_argv
 from grading.golden import build_golden, compare_golden, load_golden, selections, write_golden
 from grading.harness import build_harness, source_fingerprint
 from grading.judge import judge_item
-from grading.paths import ASSIGNMENTS, GOLDEN
+from courseware.labs import all_labs, graded_labs
 from grading.rubric import load_rubric
-from inferlab.exercises import load_reference
-from inferlab.release import make_release
-from inferlab.tiny_model import ensure_tiny_model
+from courseware.exercises import load_reference
+from courseware.release import make_release
+from courseware.tiny_model import ensure_tiny_model
 
-LABS = sorted({p.parent.name.split("_", 1)[0] for p in ASSIGNMENTS.glob("lab*_*/rubric.json")})
+LABS = graded_labs()
 OBSERVED_LABS = [lab for lab in LABS if any(i.observed for i in load_rubric(lab).items)]
 
 
@@ -109,7 +109,7 @@ def test_golden_check_command_fails_on_an_unreadable_file(tmp_path, monkeypatch)
 
 
 def test_golden_files_are_small():
-    for path in GOLDEN.glob("*.json"):
+    for path in (lab.golden for lab in all_labs() if lab.golden.is_file()):
         assert path.stat().st_size < 256_000, f"{path.name} is {path.stat().st_size} bytes"
 
 
@@ -130,7 +130,9 @@ def test_fresh_interpreter_spawn_gives_the_same_verdict(tmp_path):
 def test_hidden_tests_and_golden_outputs_never_reach_a_student_release(tmp_path):
     out = make_release("lab2", tmp_path / "release")
     names = [p.relative_to(out).as_posix() for p in out.rglob("*")]
-    assert not [n for n in names if "grading" in n or "golden" in n or "hidden" in n or "rubric" in n], names
+    assert not [n for n in names if "grading" in n or "golden" in n or "hidden" in n or "bugzoo" in n
+                or "private" in n], names
+    assert "assignments/lab2_block_manager/rubric.json" in names, "the rubric is public: the handout links it"
     texts = "".join(p.read_text(errors="replace") for p in out.rglob("*.py"))
     assert "test_scale_200_requests_tight_pool" not in texts
     shutil.rmtree(out)

@@ -25,15 +25,15 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from grading.fixtures import solved, stubs, write_submission
-from grading.paths import HIDDEN, SCHEMAS
+from tests.grading_fixtures import solved, stubs, write_submission
+from grading.paths import PAYLOAD, SCHEMAS, hidden_dir
 from grading.report import make_reports
 from grading.results import stable_view
 from grading.rubric import load_rubric
-from grading.runner import RunOptions, grade_run
-from inferlab.bugzoo import load_mutants
-from inferlab.exercises import generate, load_reference, write_package
-from inferlab.tiny_model import ensure_tiny_model
+from grading.grade_run import RunOptions, grade_run
+from courseware.bugzoo import load_mutants
+from courseware.exercises import generate, load_reference, write_package
+from courseware.tiny_model import ensure_tiny_model
 
 LAB = "lab2"
 MUTANTS = load_mutants(lab=LAB)
@@ -90,10 +90,10 @@ def oracle(work: Path, model: Path) -> dict[str, set[str]]:
     sys.path.insert(0, str(work))
     saved_support = sys.modules.get("_inferlab_support")
     try:
-        support = _load("_inferlab_support", HIDDEN / "support.py")
+        support = _load("_inferlab_support", PAYLOAD / "_inferlab_support.py")
         support.model_dir = lambda: str(model)
         tests = {}
-        for path in sorted((HIDDEN / LAB).glob("test_*.py")):
+        for path in sorted(hidden_dir(LAB).glob("test_*.py")):
             module = _load(f"oracle_{path.stem}", path)
             for fname, function in vars(module).items():
                 if fname.startswith("test_") and callable(function):

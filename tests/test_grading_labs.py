@@ -13,11 +13,11 @@ import json
 
 import pytest
 
-from grading.fixtures import solved, stubs, write_submission
+from tests.grading_fixtures import solved, stubs, write_submission
 from grading.rubric import load_rubric
-from grading.runner import RunOptions, grade_run
-from inferlab.bugzoo import load_mutants
-from inferlab.exercises import load_reference
+from grading.grade_run import RunOptions, grade_run
+from courseware.bugzoo import load_mutants
+from courseware.exercises import load_reference
 
 LABS = ("lab1", "lab3", "lab4")
 

@@ -14,15 +14,16 @@ import pytest
 
 from grading.execute import read_observations
 from grading.judge import explain_log, judge_item, judge_test, same
-from grading.paths import ASSIGNMENTS, SCHEMAS
+from courseware.labs import all_labs
+from grading.paths import SCHEMAS
 from grading.report import csv_rows, feedback_markdown, gradescope_results, write_csv
 from grading.rubric import RubricError, load_rubric, parse_rubric
 from grading.spawn import KEEP_BYTES, Output
 from grading.submission import extract, ignored_files
-from inferlab.exercises import PACKAGE, generate, load_reference, write_package
-from inferlab.regions import stub_body
+from courseware.exercises import PACKAGE, generate, load_reference, write_package
+from courseware.regions import stub_body
 
-RUBRICS = sorted(ASSIGNMENTS.glob("lab*_*/rubric.json"))
+RUBRICS = [lab.rubric for lab in all_labs() if lab.rubric.is_file()]
 
 
 def schema(name: str) -> dict:

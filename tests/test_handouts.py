@@ -24,12 +24,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from inferlab.build import build_handouts, execute_notebook
-from inferlab.exercises import PACKAGE, REFERENCE, ROOT, load_reference
+from courseware.build import build_handouts, execute_notebook
+from courseware.exercises import PACKAGE, REFERENCE, ROOT, load_reference
+from courseware.labs import all_labs, exercise_labs
+from courseware.labs import lab_folder as registry_folder
 
-ASSIGNMENTS = ROOT / "assignments"
-LABS = ("lab1", "lab2", "lab3", "lab4", "lab5")
-CODE_LABS = LABS[:4]
+LABS = tuple(lab.lab_id for lab in all_labs())
+CODE_LABS = tuple(exercise_labs())
 
 COMMON = ("目标", "背景")
 CODE_LAB_SECTIONS = COMMON + ("要实现的 regions", "如何测试与自测", "评分方式", "常见错误", "时间估计")
@@ -44,9 +45,7 @@ NOTEBOOK_LIMIT_S = 60
 
 
 def lab_folder(lab: str) -> Path:
-    folders = sorted(p for p in ASSIGNMENTS.glob(f"{lab}_*") if p.is_dir())
-    assert len(folders) == 1, f"expected exactly one assignments/{lab}_*/ folder, found {[p.name for p in folders]}"
-    return folders[0]
+    return registry_folder(lab)
 
 
 def handout(lab: str) -> str:
@@ -268,18 +267,18 @@ def test_lab5_report_template_matches_the_handout_and_rubric():
 
 def test_lab5_notebook_is_current_and_has_valid_nbgrader_metadata():
     folder = lab_folder("lab5")
-    maker = _load_script(folder / "_make_notebook.py", "lab5_make_notebook")
-    assert maker.main(["--check"]) == 0, "run python assignments/lab5_performance/_make_notebook.py"
-    nb = nbformat.read(folder / "source" / "lab5_analysis.ipynb", as_version=4)
+    maker = _load_script(folder / "private" / "make_notebook.py", "lab5_make_notebook")
+    assert maker.main(["--check"]) == 0, "run python assignments/lab5_performance/private/make_notebook.py"
+    nb = nbformat.read(folder / "private" / "source" / "lab5_analysis.ipynb", as_version=4)
     nbformat.validate(nb)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit the notebook without outputs"
     assert nbgrader_problems(nb) == []
-    data = {p.name for p in (folder / "source").iterdir()}
+    data = {p.name for p in (folder / "private" / "source").iterdir()}
     assert {"run_a.jsonl", "run_b.jsonl", "runs.json"} <= data, f"data files missing beside the notebook: {data}"
 
 
 def test_lab5_notebook_runs_top_to_bottom_with_its_solutions():
-    path = lab_folder("lab5") / "source" / "lab5_analysis.ipynb"
+    path = lab_folder("lab5") / "private" / "source" / "lab5_analysis.ipynb"
     nb, seconds, error = execute_notebook(path, timeout=NOTEBOOK_LIMIT_S)
     assert error is None, error[-3000:]
     code = [c for c in nb.cells if c.cell_type == "code"]
@@ -361,7 +360,7 @@ def test_checks_catch_broken_inputs(regions):
     assert count == 1 and template_problems(renamed, handout("lab5"), [])
     assert template_problems(template, handout("lab5"), [{"id": "report", "headings": ["附录"]}])
 
-    nb = nbformat.read(lab_folder("lab5") / "source" / "lab5_analysis.ipynb", as_version=4)
+    nb = nbformat.read(lab_folder("lab5") / "private" / "source" / "lab5_analysis.ipynb", as_version=4)
     graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
     answers = [c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")]
     broken = copy.deepcopy(nb)

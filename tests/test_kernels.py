@@ -210,7 +210,7 @@ def test_gpu_bf16_triton_vs_torch_first_32_tokens_share():
     """
     import tempfile
     import transformers
-    from inferlab.bench import make_random_model
+    from courseware.bench import make_random_model
     from reference import LLM, SamplingParams
     shape = dict(vocab_size=4096, hidden_size=1024, intermediate_size=3072, num_hidden_layers=8,
                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=4096,

@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from inferlab.bugzoo import load_mutants
-from inferlab.exercises import LABS, filled_labs, load_reference, write_tree
-from inferlab.tiny_model import ensure_tiny_model
+from courseware.bugzoo import load_mutants
+from courseware.exercises import LABS, filled_labs, load_reference, write_tree
+from courseware.tiny_model import ensure_tiny_model
 from tests.lab_runs import ALL_LABS, ROOT, Job, by_outcome, problems_of, run_all
 
 MUTANTS = load_mutants()
@@ -43,7 +43,7 @@ def lab_runs(tmp_path_factory):
     trace = work / "trace.json"
     jobs = [
         Job("reference", ROOT, ALL_LABS, impl="reference",
-            extra=("-p", "inferlab.region_trace", "--inferlab-trace-regions", str(trace))),
+            extra=("-p", "courseware.region_trace", "--inferlab-trace-regions", str(trace))),
         Job("stubs", ROOT, ALL_LABS),
     ]
     for i, lab in enumerate(LABS):

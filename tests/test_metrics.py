@@ -1,4 +1,4 @@
-"""Tests for reference.metrics and inferlab.trace, on hand-built lifecycle logs.
+"""Tests for reference.metrics and courseware.trace, on hand-built lifecycle logs.
 
 Each log is written out event by event with chosen times, and each expected
 value is computed here from those same times, so a reader can check the
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from inferlab.trace import render_trace
+from courseware.trace import render_trace
 from reference.metrics import (
     RequestMetrics,
     check_lifecycle,

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.exercises import PACKAGE, load_reference, splice
-from inferlab.release import make_release
-from inferlab.tiny_model import ensure_tiny_model
+from courseware.exercises import PACKAGE, load_reference, splice
+from courseware.release import make_release
+from courseware.tiny_model import ensure_tiny_model
 
 
 def _pip_install(release: Path, target: Path) -> None:
@@ -57,7 +57,7 @@ def _run_installed_tests(release: Path, site: Path, cache: Path, elsewhere: Path
     results = elsewhere / "results.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", str(tests), "-m", "lab2", "-q", "-p", "no:cacheprovider",
-         "-p", "inferlab.score_plugin", "--inferlab-results", str(results)],
+         "-p", "courseware.score_plugin", "--inferlab-results", str(results)],
         cwd=elsewhere, env=_env(site, cache), capture_output=True, text=True, timeout=300)
     assert results.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(results.read_text())

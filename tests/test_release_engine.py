@@ -7,7 +7,7 @@ each tree's `student_exercises` in turn and runs `LLM.generate` on the tiny
 model: the shipped tree must stop at the student's own lab (proof that the
 engine runs their regions, not a stand-in), the solved tree must give the
 course engine's tokens, computed here with `reference`. The same trees must
-hold no later lab's solution (`inferlab.later_labs.solution_leaks`), a check
+hold no later lab's solution (`courseware.later_labs.solution_leaks`), a check
 shown to fire on a tree that does.
 """
 from __future__ import annotations
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from inferlab.exercises import PACKAGE, filled_labs, generate, load_reference, splice, write_package
-from inferlab.later_labs import later_labs, solution_leaks
-from inferlab.release import make_release
+from courseware.exercises import PACKAGE, filled_labs, generate, load_reference, splice, write_package
+from courseware.later_labs import later_labs, solution_leaks
+from courseware.release import make_release
 from reference import LLM, SamplingParams
 from tests.helpers import random_prompts
 

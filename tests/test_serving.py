@@ -154,7 +154,7 @@ def test_bad_requests_get_400_and_the_server_keeps_serving(server, path, body, f
 
 
 def test_bench_serve_agrees_with_the_lifecycle_log(server, tmp_path):
-    from inferlab.bench_serve import plot, random_requests, sweep
+    from courseware.bench_serve import plot, random_requests, sweep
     from reference.metrics import read_log, request_metrics
 
     seen = {e["seq_id"] for e in read_log(server["log"]) if e["event"] == "ARRIVED"}
@@ -200,7 +200,7 @@ def test_waiting_queue_limit_gives_503_with_retry_after(tiny_model_dir):
 
 
 def test_sharegpt_dataset_and_arrival_gaps(tmp_path):
-    from inferlab.bench_serve import arrival_gaps, sharegpt_requests
+    from courseware.bench_serve import arrival_gaps, sharegpt_requests
 
     data = [{"conversations": [{"from": "human", "value": "x" * 40}, {"from": "gpt", "value": "y" * 80}]},
             {"conversations": [{"from": "human", "value": "only a question"}]},          # no reply: skipped

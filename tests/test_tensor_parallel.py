@@ -34,7 +34,7 @@ WIDE_SHAPE = dict(vocab_size=None, hidden_size=64, intermediate_size=96, num_hid
 @pytest.fixture(scope="module")
 def wide_kv_model_dir(tiny_model_dir, tmp_path_factory) -> str:
     """4 KV heads, separate lm_head (so the vocab-parallel head is loaded on its own), the tiny tokenizer."""
-    from inferlab.bench import make_random_model
+    from courseware.bench import make_random_model
     vocab = json.loads(open(f"{tiny_model_dir}/config.json").read())["vocab_size"]
     shape = {**WIDE_SHAPE, "vocab_size": vocab}
     return str(make_random_model(tmp_path_factory.mktemp("wide") / "model", shape=shape, seed=3, dtype=torch.float32))
@@ -130,7 +130,7 @@ def test_ctrl_c_or_kill_of_the_engine_process_leaves_no_worker(tiny_model_dir):
 
 
 def test_cli_takes_tensor_parallel_size_and_bench_refuses_it_with_async_scheduling():
-    from inferlab.bench import run_bench
+    from courseware.bench import run_bench
     from inferlab.cli import build_parser
     parser = build_parser()
     assert parser.parse_args(["demo", "--tensor-parallel-size", "2"]).tensor_parallel_size == 2

@@ -17,7 +17,7 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-from inferlab import tiny_model as tm
+from courseware import tiny_model as tm
 
 EXPECTED_FILES = (
     "config.json",

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from inferlab.build import build_tutorial, find_tutorials
+from courseware.build import build_tutorial, find_tutorials
 from inferlab.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

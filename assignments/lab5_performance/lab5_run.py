@@ -112,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     import torch
-    from inferlab.tiny_model import ensure_tiny_model
+    from courseware.tiny_model import ensure_tiny_model
     from reference import LLM
     from reference.metrics import read_log, request_metrics, summarize
 

@@ -1,3 +1,4 @@
+# Generated from assignments/shared/public/lab_diagnostics.py by `inferlab exercises build`: edit it there, not here.
 """Failure messages in the terms of the labs.
 
 A bare `assert a == b` on a list of 40 events or a 3x8 block table makes a

@@ -1,3 +1,4 @@
+# Generated from assignments/shared/public/lab_fakes.py by `inferlab exercises build`: edit it there, not here.
 """Test doubles that let lab 1 drive the real engine loop without labs 2-4.
 
 Lab 1 is about *when* the engine logs what. To test that before the block

@@ -1,3 +1,4 @@
+# Generated from assignments/lab1_lifecycle/public/test_lab1_lifecycle.py by `inferlab exercises build`: edit it there, not here.
 """Lab 1, part 1: the engine logs each lifecycle event at the right point, with the right fields.
 
 The engine loop (`LLMEngine.add_request / step / postprocess`) runs for real,

@@ -1,3 +1,4 @@
+# Generated from assignments/lab1_lifecycle/public/test_lab1_metrics.py by `inferlab exercises build`: edit it there, not here.
 """Lab 1, part 2: latency metrics from a lifecycle log (`metrics.request_metrics`).
 
 Every log here is written by hand with times chosen as exact binary fractions,

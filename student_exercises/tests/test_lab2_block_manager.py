@@ -1,3 +1,4 @@
+# Generated from assignments/lab2_block_manager/public/test_lab2_block_manager.py by `inferlab exercises build`: edit it there, not here.
 """Lab 2: the paged KV block manager (`engine/block_manager.py`), with no model.
 
 Sequences are built by hand and "computed" with `mark_computed`, as the

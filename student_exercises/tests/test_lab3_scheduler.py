@@ -1,3 +1,4 @@
+# Generated from assignments/lab3_scheduler/public/test_lab3_scheduler.py by `inferlab exercises build`: edit it there, not here.
 """Lab 3: the scheduler (`engine/scheduler.py`), driven without a model.
 
 `Sim.step` plays the engine's part after `schedule()`: it records what was

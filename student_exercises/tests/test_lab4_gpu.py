@@ -1,3 +1,4 @@
+# Generated from assignments/lab4_model_runner/public/test_lab4_gpu.py by `inferlab exercises build`: edit it there, not here.
 """Lab 4 (GPU part): the Triton KV-store kernel and the CUDA-graph decode replay.
 
 Marked `gpu`: skipped, and not graded, on a machine without CUDA. The oracles

@@ -1,3 +1,4 @@
+# Generated from assignments/lab4_model_runner/public/test_lab4_model_runner.py by `inferlab exercises build`: edit it there, not here.
 """Lab 4 (CPU part): the model runner's inputs and the torch paged-attention decode.
 
 Sequences are built by hand with deliberately scattered block tables (block

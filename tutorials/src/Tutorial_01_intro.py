@@ -19,7 +19,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
-from inferlab.tiny_model import ensure_tiny_model
+from courseware.tiny_model import ensure_tiny_model
 from reference import LLM, SamplingParams
 
 MODEL = os.environ.get("INFERLAB_MODEL") or str(ensure_tiny_model())

@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import matplotlib.pyplot as plt
 import torch
 
-from inferlab.tiny_model import ensure_tiny_model
+from courseware.tiny_model import ensure_tiny_model
 from reference import LLM, SamplingParams
 from reference.metrics import check_lifecycle, request_metrics
 

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from inferlab.tiny_model import ensure_tiny_model
+from courseware.tiny_model import ensure_tiny_model
 from reference import LLM, SamplingParams
 from reference.engine.block_manager import chain_hash
 

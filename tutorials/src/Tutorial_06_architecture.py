@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 import reference
-from inferlab.tiny_model import ensure_tiny_model
+from courseware.tiny_model import ensure_tiny_model
 from reference import LLM, SamplingParams
 from reference.metrics import request_metrics, summarize
 

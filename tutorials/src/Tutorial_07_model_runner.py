@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from inferlab.tiny_model import ensure_tiny_model
+from courseware.tiny_model import ensure_tiny_model
 from reference import LLM, SamplingParams
 
 MODEL = os.environ.get("INFERLAB_MODEL") or str(ensure_tiny_model())

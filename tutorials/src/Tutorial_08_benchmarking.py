@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from inferlab.tiny_model import ensure_tiny_model
+from courseware.tiny_model import ensure_tiny_model
 from reference import LLM, SamplingParams
 from reference.metrics import distribution, request_metrics, summarize
 

@@ -1,0 +1,405 @@
+"""Lab 2: the paged KV block manager (`engine/block_manager.py`), with no model.
+
+Sequences are built by hand and "computed" with `mark_computed`, as the
+engine's postprocess does after each forward pass. Every expected block table,
+reference count and free-list order is worked out here from the rules in the
+module docstring:
+
+- a fresh pool hands out block 0, 1, 2, ...; a freed block goes to the back of
+  the free list, and a sequence frees its blocks last block first;
+- a block gets a hash only when it is full and computed, chained to the hash
+  of the block before it; a cached block is shared (ref_count counts holders);
+- a prefix hit never covers the last token of a sequence.
+
+Numbers in docstrings refer to docs/design.md §2, "Edge cases".
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from lab_diagnostics import assert_block_tables, assert_same_list
+
+pytestmark = pytest.mark.lab2
+
+BS = 4  # block size used throughout, unless a test says otherwise
+
+
+class Lab:
+    """The lab 2 classes of the implementation under test, and small drivers around them."""
+
+    def __init__(self, impl, block_size: int = BS):
+        self.BlockManager = impl.module("engine.block_manager").BlockManager
+        self.Sequence = impl.module("engine.sequence").Sequence
+        self.SamplingParams = impl.module("sampling_params").SamplingParams
+        self.block_size = block_size
+
+    def manager(self, num_blocks: int, prefix_caching: bool = True):
+        return self.BlockManager(num_blocks, self.block_size, prefix_caching)
+
+    def seq(self, token_ids: list[int]):
+        return self.Sequence(token_ids, self.SamplingParams(temperature=0.0), self.block_size)
+
+
+def prefill(bm, seq) -> None:
+    """Allocate and compute every uncomputed token, as one whole prefill step does."""
+    bm.allocate(seq)
+    bm.mark_computed(seq, len(seq) - seq.num_cached_tokens)
+
+
+def decode(bm, seq, token: int) -> None:
+    """One decode step: the sampled token joins the sequence, gets a slot, and its K/V are computed."""
+    seq.append_token(token)
+    if not bm.can_append(seq):
+        pytest.fail(f"can_append said no room for token {len(seq) - 1} with {bm.num_free_blocks} free blocks",
+                    pytrace=False)
+    bm.may_append(seq)
+    bm.mark_computed(seq, 1)
+
+
+def tokens(start: int, n: int) -> list[int]:
+    return list(range(start, start + n))
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def check_ref_counts(bm, holders: dict[str, object]) -> None:
+    """Each block's ref_count equals the number of holders whose table lists it; free == ref_count 0."""
+    expected = [0] * len(bm.blocks)
+    for seq in holders.values():
+        for block_id in seq.block_table:
+            expected[block_id] += 1
+    actual = [block.ref_count for block in bm.blocks]
+    tables = ", ".join(f"{name}={seq.block_table}" for name, seq in holders.items())
+    assert_same_list(f"ref_count per block (holders: {tables})", expected, actual, label=lambda i: f"block {i}")
+    free = sorted(bm.free_block_ids)
+    assert_same_list("free blocks (exactly those with ref_count 0)",
+                     [i for i, n in enumerate(expected) if n == 0], free)
+
+
+# -- allocation ------------------------------------------------------------------------------
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.allocate", "lab2.take_free_block", "lab2.can_allocate")
+@pytest.mark.parametrize("prompt_len", [1, 3, 4, 5, 8, 9])
+def test_allocate_gives_ceil_blocks_in_order_with_ref_count_one(impl, prompt_len):
+    """DESIGN 5 and 7: ceil(len / block_size) blocks, handed out 0, 1, 2...; ref_count 1 each."""
+    lab = Lab(impl)
+    bm = lab.manager(8)
+    seq = lab.seq(tokens(100, prompt_len))
+    if not bm.can_allocate(seq):
+        pytest.fail(f"can_allocate: a {prompt_len}-token prompt needs {ceil_div(prompt_len, BS)} of 8 free blocks "
+                    "but was refused", pytrace=False)
+    bm.allocate(seq)
+    n = ceil_div(prompt_len, BS)
+    assert_block_tables({"seq": list(range(n))}, {"seq": seq.block_table}, f"after allocating {prompt_len} tokens")
+    check_ref_counts(bm, {"seq": seq})
+    if seq.num_cached_tokens != 0:
+        pytest.fail(f"num_cached_tokens: expected 0 on an empty cache, got {seq.num_cached_tokens}", pytrace=False)
+    if bm.num_free_blocks != 8 - n:
+        pytest.fail(f"num_free_blocks: expected {8 - n}, got {bm.num_free_blocks}", pytrace=False)
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab2.can_allocate")
+def test_can_allocate_counts_free_blocks(impl):
+    lab = Lab(impl)
+    bm = lab.manager(4)
+    exactly = lab.seq(tokens(0, 4 * BS))
+    too_big = lab.seq(tokens(0, 4 * BS + 1))
+    answers = [bm.can_allocate(exactly), bm.can_allocate(too_big)]
+    assert_same_list("can_allocate for 16 and 17 tokens with 4 free blocks of 4", [True, False], answers)
+    bm.allocate(lab.seq(tokens(500, 2 * BS)))
+    answers = [bm.can_allocate(lab.seq(tokens(0, 2 * BS))), bm.can_allocate(lab.seq(tokens(0, 2 * BS + 1)))]
+    assert_same_list("can_allocate for 8 and 9 tokens with 2 free blocks left", [True, False], answers)
+
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.deallocate")
+def test_deallocate_frees_last_block_first_and_resets_the_sequence(impl):
+    """DESIGN 7: freed blocks go to the back of the free list, tail first; reused least recently freed first."""
+    lab = Lab(impl)
+    bm = lab.manager(6, prefix_caching=False)
+    x, y = lab.seq(tokens(0, 2 * BS)), lab.seq(tokens(50, 2 * BS))
+    bm.allocate(x)
+    bm.allocate(y)                      # x = [0, 1], y = [2, 3]; free: 4, 5
+    freed = [bm.deallocate(x), bm.deallocate(y)]
+    assert_same_list("blocks freed by deallocate(x), deallocate(y)", [2, 2], freed)
+    leftovers = {"x.block_table": x.block_table, "y.block_table": y.block_table}
+    assert_block_tables({"x.block_table": [], "y.block_table": []}, leftovers, "after deallocate")
+    if x.num_cached_tokens != 0:
+        pytest.fail(f"x.num_cached_tokens: expected 0 after deallocate, got {x.num_cached_tokens}", pytrace=False)
+    # free list is now 4, 5, 1, 0, 3, 2: a 6-block sequence takes them in that order
+    z = lab.seq(tokens(90, 6 * BS))
+    bm.allocate(z)
+    assert_block_tables({"z": [4, 5, 1, 0, 3, 2]}, {"z": z.block_table},
+                        "of a sequence allocated after x then y were freed (least recently freed first)")
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab2.deallocate", "lab2.mark_computed")
+def test_preempted_sequence_forgets_its_computed_tokens(impl):
+    """DESIGN 3: after deallocate (what preemption does) nothing of the sequence counts as computed."""
+    lab = Lab(impl)
+    bm = lab.manager(8)
+    seq = lab.seq(tokens(0, 6))
+    prefill(bm, seq)
+    decode(bm, seq, 77)
+    if seq.num_cached_tokens != 7:
+        pytest.fail(f"num_cached_tokens after a 6-token prefill and one decode: expected 7, got "
+                    f"{seq.num_cached_tokens}", pytrace=False)
+    bm.deallocate(seq)
+    if seq.num_cached_tokens != 0 or seq.block_table:
+        pytest.fail(f"after deallocate: expected num_cached_tokens 0 and no blocks, got {seq.num_cached_tokens} "
+                    f"and {seq.block_table}", pytrace=False)
+
+
+# -- decode ----------------------------------------------------------------------------------
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.can_append", "lab2.may_append")
+@pytest.mark.parametrize("prompt_len", [3, 4, 5, 7])
+def test_new_block_exactly_when_a_token_starts_one(impl, prompt_len):
+    """DESIGN 5: after each decode token the table has ceil(len / block_size) blocks, no more, no fewer."""
+    lab = Lab(impl)
+    bm = lab.manager(16)
+    seq = lab.seq(tokens(0, prompt_len))
+    prefill(bm, seq)
+    expected, actual = [], []
+    for i in range(2 * BS + 1):
+        decode(bm, seq, 900 + i)
+        expected.append(ceil_div(len(seq), BS))
+        actual.append(len(seq.block_table))
+    assert_same_list(f"number of blocks after each decode token (prompt of {prompt_len}, block size {BS})",
+                     expected, actual, label=lambda i: f"len {prompt_len + i + 1}")
+    assert_same_list("block ids (fresh ones, in order)", list(range(expected[-1])), seq.block_table)
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab2.can_append")
+def test_can_append_needs_a_free_block_only_at_a_block_start(impl):
+    lab = Lab(impl)
+    bm = lab.manager(2)
+    seq = lab.seq(tokens(0, 7))
+    prefill(bm, seq)                     # 2 blocks, pool now empty
+    seq.append_token(1)                  # token 7 fits in block 1
+    fits = bm.can_append(seq)
+    bm.may_append(seq)
+    bm.mark_computed(seq, 1)
+    seq.append_token(2)                  # token 8 starts block 2: no free block
+    starts_new = bm.can_append(seq)
+    assert_same_list("can_append for token 7 (fits its block) and token 8 (needs a block; none free)",
+                     [True, False], [fits, starts_new])
+
+
+# -- prefix caching --------------------------------------------------------------------------
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.prefix_hits", "lab2.allocate", "lab2.mark_computed")
+def test_shared_prefix_is_reused_and_counts_every_holder(impl):
+    """DESIGN 7: two holders of a cached prefix block give it ref_count 2; each frees only its hold."""
+    lab = Lab(impl)
+    bm = lab.manager(10)
+    system = tokens(1000, 2 * BS)
+    a = lab.seq(system + tokens(1, 3))
+    prefill(bm, a)                      # a = [0, 1, 2]; blocks 0 and 1 full and computed
+    b = lab.seq(system + tokens(500, 5))
+    bm.allocate(b)
+    assert_block_tables({"a": [0, 1, 2], "b": [0, 1, 3, 4]}, {"a": a.block_table, "b": b.block_table},
+                        "after b's prompt hit a's two full blocks")
+    if b.num_cached_tokens != 2 * BS:
+        pytest.fail(f"b.num_cached_tokens: expected {2 * BS} (two blocks hit), got {b.num_cached_tokens}",
+                    pytrace=False)
+    check_ref_counts(bm, {"a": a, "b": b})
+    freed_a = bm.deallocate(a)
+    check_ref_counts(bm, {"b": b})
+    freed_b = bm.deallocate(b)
+    assert_same_list("blocks freed by deallocate(a) then deallocate(b) (shared blocks free with the last holder)",
+                     [1, 4], [freed_a, freed_b])
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab2.prefix_hits", "lab2.mark_computed")
+def test_no_hit_before_the_blocks_are_computed(impl):
+    """A block is shareable only once its K/V exist, i.e. after mark_computed filled it."""
+    lab = Lab(impl)
+    bm = lab.manager(10)
+    prompt = tokens(0, 2 * BS + 1)
+    a = lab.seq(prompt)
+    bm.allocate(a)
+    hits_before = bm.num_cached_tokens(lab.seq(prompt))
+    bm.mark_computed(a, BS + 2)          # a chunk: block 0 full, block 1 half
+    hits_chunk = bm.num_cached_tokens(lab.seq(prompt))
+    bm.mark_computed(a, len(a) - a.num_cached_tokens)
+    hits_after = bm.num_cached_tokens(lab.seq(prompt))
+    assert_same_list("tokens a second identical prompt could reuse: before any compute, after a 6-token chunk, "
+                     "after the rest", [0, BS, 2 * BS], [hits_before, hits_chunk, hits_after])
+
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.prefix_hits")
+@pytest.mark.parametrize("prompt_len, cached", [(4, 0), (5, 4), (8, 4), (9, 8), (12, 8)])
+def test_whole_prompt_hit_still_computes_the_last_token(impl, prompt_len, cached):
+    """DESIGN 1: an identical prompt reuses only blocks inside its first len - 1 tokens."""
+    lab = Lab(impl)
+    bm = lab.manager(10)
+    prefill(bm, lab.seq(tokens(0, prompt_len)))
+    again = lab.seq(tokens(0, prompt_len))
+    bm.allocate(again)
+    if again.num_cached_tokens != cached:
+        pytest.fail(f"identical {prompt_len}-token prompt: expected {cached} cached tokens (full blocks inside the "
+                    f"first {prompt_len - 1} tokens), got {again.num_cached_tokens}", pytrace=False)
+
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.prefix_hits", "lab2.mark_computed")
+def test_hashes_are_chained_over_the_whole_prefix(impl):
+    """Equal block tokens after a different prefix are different K/V: no hit.
+
+    a = P X X', b = Q X X' (b's block 1 equals a's block 1, after another block 0).
+    c = P X X' c asks for a's blocks, and must get a's, never b's.
+    """
+    lab = Lab(impl)
+    bm = lab.manager(12)
+    p, q, x, x2 = tokens(0, BS), tokens(100, BS), tokens(200, BS), tokens(300, BS)
+    a, b = lab.seq(p + x + x2), lab.seq(q + x + x2)
+    prefill(bm, a)                      # [0, 1, 2]
+    prefill(bm, b)                      # no hit (block 0 differs): [3, 4, 5]
+    c = lab.seq(p + x + x2 + [7])
+    bm.allocate(c)
+    assert_block_tables({"a": [0, 1, 2], "b": [3, 4, 5], "c": [0, 1, 2, 6]},
+                        {"a": a.block_table, "b": b.block_table, "c": c.block_table},
+                        "(c must hit a's blocks: its prefix is a's)")
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab2.allocate", "lab2.prefix_hits")
+def test_freed_blocks_stay_hittable_and_revive(impl):
+    """A freed, computed block is still in the cache: a hit takes it back out of the free list."""
+    lab = Lab(impl)
+    bm = lab.manager(6)
+    prompt = tokens(0, 2 * BS + 1)
+    a = lab.seq(prompt)
+    prefill(bm, a)
+    bm.deallocate(a)                    # free list: 3, 4, 5, 2, 1, 0
+    b = lab.seq(prompt + [5, 6])
+    bm.allocate(b)
+    assert_block_tables({"b": [0, 1, 3]}, {"b": b.block_table}, "(b revives a's two cached blocks, then takes 3)")
+    check_ref_counts(bm, {"b": b})
+    if b.num_cached_tokens != 2 * BS:
+        pytest.fail(f"b.num_cached_tokens: expected {2 * BS}, got {b.num_cached_tokens}", pytrace=False)
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab2.can_allocate")
+def test_can_allocate_counts_revived_blocks(impl):
+    """Reviving a cached block from the free list uses up a free block too."""
+    lab = Lab(impl)
+    bm = lab.manager(4)
+    prompt = tokens(0, 2 * BS + 1)
+    a = lab.seq(prompt)
+    prefill(bm, a)                      # a = [0, 1, 2]
+    bm.deallocate(a)                    # all 4 free; 0 and 1 still cached
+    d = lab.seq(tokens(700, 1))
+    bm.allocate(d)                      # d takes block 3: 3 free left (2, 1, 0)
+    b = lab.seq(prompt[:2 * BS] + tokens(800, 2 * BS))   # 4 blocks: 2 cached hits + 2 new
+    answer = bm.can_allocate(b)
+    if answer is not False:
+        pytest.fail("can_allocate: b needs 4 blocks (2 revived cache hits still sitting in the free list + 2 new) "
+                    f"but only 3 are free; expected False, got {answer!r}", pytrace=False)
+
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.take_free_block")
+def test_reused_block_loses_its_old_hash(impl):
+    """DESIGN 2: once a freed block is handed out again, its old hash must not hit any more.
+
+    a = P X (computed, freed). b = Q X P takes all three blocks back, in the
+    order the free list gives them, so a's old P block now holds b's P *after
+    Q X*: same tokens, different K/V. A new prompt P X ... must not hit it.
+    """
+    lab = Lab(impl)
+    bm = lab.manager(3)
+    p, q, x = tokens(0, BS), tokens(100, BS), tokens(200, BS)
+    a = lab.seq(p + x + [1])
+    prefill(bm, a)                      # a = [0, 1, 2]
+    bm.deallocate(a)                    # free list: 2, 1, 0
+    b = lab.seq(q + x + p)
+    prefill(bm, b)                      # b = [2, 1, 0]: block 0 now holds P after Q X
+    bm.deallocate(b)
+    reuse = bm.num_cached_tokens(lab.seq(q + x + [5]))
+    if reuse != 2 * BS:
+        pytest.fail(f"a prompt Q X ... should hit b's two reused, recomputed blocks ({2 * BS} tokens), got {reuse}: "
+                    "a block handed out again must be published with its new content", pytrace=False)
+    c = lab.seq(p + x + [9])
+    bm.allocate(c)
+    if c.num_cached_tokens != 0:
+        pytest.fail(f"c = P X ... hit {c.num_cached_tokens} cached tokens (table {c.block_table}), but every block "
+                    "that held a's P X was handed to b and overwritten: its old hash entry was kept (stale hash)",
+                    pytrace=False)
+
+
+@pytest.mark.points(1)
+@pytest.mark.covers("lab2.prefix_hits")
+def test_prefix_caching_off_never_hits(impl):
+    lab = Lab(impl)
+    bm = lab.manager(10, prefix_caching=False)
+    prompt = tokens(0, 3 * BS)
+    prefill(bm, lab.seq(prompt))
+    again = lab.seq(prompt)
+    bm.allocate(again)
+    assert_block_tables({"again": [3, 4, 5]}, {"again": again.block_table}, "with prefix caching disabled")
+
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.allocate", "lab2.deallocate", "lab2.may_append", "lab2.mark_computed",
+                    "lab2.take_free_block", "lab2.prefix_hits")
+def test_random_workload_keeps_reference_counts_and_contents(impl):
+    """Random prefills, decodes and frees over shared prefixes; after every step:
+
+    - ref_count of each block == number of live sequences holding it, and the
+      free list is exactly the blocks nobody holds;
+    - every computed token of every live sequence sits in a block whose
+      recorded content (what wrote it, and after which prefix) is that token.
+    """
+    lab = Lab(impl)
+    rng = random.Random(0)
+    bm = lab.manager(24)
+    prefixes = [tokens(1000 * (i + 1), rng.randrange(1, 3 * BS)) for i in range(3)]
+    content: dict[int, tuple] = {}      # slot -> the prefix (token ids) whose K/V it holds
+    live: dict[str, object] = {}
+    for step in range(120):
+        if live and (rng.random() < 0.3 or bm.num_free_blocks < 4):
+            name = rng.choice(sorted(live))
+            bm.deallocate(live.pop(name))
+        elif live and rng.random() < 0.5:            # at least 4 blocks are free here
+            seq = live[rng.choice(sorted(live))]
+            start = seq.num_cached_tokens
+            decode(bm, seq, rng.randrange(5000))
+            _write(content, seq, start, BS)
+        else:
+            seq = lab.seq(rng.choice(prefixes) + tokens(rng.randrange(100, 900), rng.randrange(1, 2 * BS)))
+            if bm.can_allocate(seq):
+                bm.allocate(seq)
+                start = seq.num_cached_tokens
+                bm.mark_computed(seq, len(seq) - start)
+                _write(content, seq, start, BS)
+                live[f"s{step}"] = seq
+        check_ref_counts(bm, live)
+        for name, seq in live.items():
+            for pos in range(seq.num_cached_tokens):
+                slot = seq.block_table[pos // BS] * BS + pos % BS
+                if content.get(slot) != tuple(seq.token_ids[:pos + 1]):
+                    pytest.fail(f"step {step}: {name} position {pos} reads block {seq.block_table[pos // BS]}, "
+                                "which holds K/V written for other tokens (a wrong prefix hit, or a block "
+                                "handed out while still in use)", pytrace=False)
+
+
+def _write(content: dict[int, tuple], seq, start: int, block_size: int) -> None:
+    """Record that positions start.. of seq were computed into their slots."""
+    for pos in range(start, seq.num_cached_tokens):
+        slot = seq.block_table[pos // block_size] * block_size + pos % block_size
+        content[slot] = tuple(seq.token_ids[:pos + 1])

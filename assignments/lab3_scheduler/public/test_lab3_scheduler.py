@@ -1,0 +1,309 @@
+"""Lab 3: the scheduler (`engine/scheduler.py`), driven without a model.
+
+`Sim.step` plays the engine's part after `schedule()`: it records what was
+scheduled, marks the scheduled tokens computed in the block manager, appends a
+fake sampled token when a sequence's scheduled tokens reach its end, and
+finishes a sequence at its max_tokens. The block manager is the one from lab 2
+(given to you, filled in, in the lab 3 release).
+
+Each test's expected schedule is worked out by hand in its docstring from the
+policy in the scheduler's module docstring: prefill first, first come first
+served, budgets (max_num_seqs, max_num_batched_tokens, free KV blocks), and
+preemption of the newest running request by recompute. Block size is 4.
+A schedule line reads "prefill A:6 B:6" (sequence: tokens this step) or
+"decode A B" (one token each).
+"""
+from __future__ import annotations
+
+import pytest
+
+from lab_diagnostics import assert_same_list
+
+pytestmark = pytest.mark.lab3
+
+BS = 4
+
+
+class Sim:
+    """A scheduler of the implementation under test, with a real block manager and a fake model."""
+
+    def __init__(self, impl, model_dir: str, num_blocks: int, prefix_caching: bool = True, **config):
+        cfg_cls = impl.module("config").Config
+        self.Sequence = impl.module("engine.sequence").Sequence
+        self.SamplingParams = impl.module("sampling_params").SamplingParams
+        self.status = impl.module("engine.sequence").SequenceStatus
+        cfg = cfg_cls(model=model_dir, device="cpu", kvcache_block_size=BS, num_kvcache_blocks=num_blocks,
+                      enable_prefix_caching=prefix_caching, **config)
+        self.bm = impl.module("engine.block_manager").BlockManager(num_blocks, BS, prefix_caching)
+        log = impl.module("engine.lifecycle").LifecycleLog()
+        self.sched = impl.module("engine.scheduler").Scheduler(cfg, self.bm, log)
+        self.names: dict[int, str] = {}
+        self.trace: list[str] = []
+
+    def add(self, name: str, prompt_len: int, max_tokens: int, first_token: int = 0, prefix: list[int] = ()):
+        token_ids = list(prefix) + list(range(first_token, first_token + prompt_len - len(prefix)))
+        params = self.SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+        seq = self.Sequence(token_ids, params, BS)
+        self.names[seq.seq_id] = name
+        self.sched.add(seq)
+        return seq
+
+    def describe(self, seqs: list, is_prefill: bool) -> str:
+        if not seqs:
+            return "nothing scheduled"
+        if is_prefill:
+            return "prefill " + " ".join(f"{self.names[s.seq_id]}:{s.num_scheduled_tokens}" for s in seqs)
+        parts = [self.names[s.seq_id] + ("" if s.num_scheduled_tokens == 1 else f":{s.num_scheduled_tokens}")
+                 for s in seqs]
+        return "decode " + " ".join(parts)
+
+    def step(self) -> list:
+        seqs, is_prefill = self.sched.schedule()
+        self.trace.append(self.describe(seqs, is_prefill))
+        for seq in seqs:
+            self.bm.mark_computed(seq, seq.num_scheduled_tokens)
+            if seq.num_cached_tokens == len(seq):          # the chunk reached the end: a token is sampled
+                seq.append_token(500 + len(seq) % 50)
+                if seq.num_output_tokens >= seq.sampling_params.max_tokens:
+                    self.sched.finish(seq)
+        self.sched.step += 1
+        return seqs
+
+    def run(self, max_steps: int = 30) -> list[str]:
+        while not self.sched.is_finished() and len(self.trace) < max_steps:
+            seqs = self.step()
+            if not seqs:
+                break      # the real engine raises here: report the schedule so far
+        return self.trace
+
+    def queue(self, name: str) -> list[str]:
+        return [self.names[s.seq_id] for s in getattr(self.sched, name)]
+
+
+def check_schedule(expected: list[str], actual: list[str], what: str) -> None:
+    assert_same_list(f"schedule ({what})", expected, actual, label=lambda i: f"step {i}")
+
+
+# -- admission ---------------------------------------------------------------------------------
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab3.admit", "lab3.schedule_decode")
+def test_admission_is_first_come_first_served_under_the_token_budget(impl, config_only_model_dir):
+    """Budget 16 tokens. A, B, C have 6-token prompts, 2 output tokens each.
+
+    step 0: A (6) and B (6) fit, C (6 > 4 left) waits;   step 1: prefill first: C alone;
+    step 2: decode A B C, and all three reach max_tokens.
+    """
+    sim = Sim(impl, config_only_model_dir, 32, max_num_batched_tokens=16, max_model_len=16)
+    for name in "ABC":
+        sim.add(name, 6, 2, first_token=100 * (ord(name) - 64))
+    sim.step()
+    if sim.queue("running") != ["A", "B"] or sim.queue("waiting") != ["C"]:
+        pytest.fail(f"after step 0: expected running [A, B] and waiting [C], got running {sim.queue('running')} "
+                    f"and waiting {sim.queue('waiting')}", pytrace=False)
+    check_schedule(["prefill A:6 B:6", "prefill C:6", "decode A B C"], sim.run(), "budget 16, three 6-token prompts")
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab3.admit")
+def test_admitted_sequences_run_and_hold_their_blocks(impl, config_only_model_dir):
+    """Admission allocates: each admitted sequence is RUNNING with ceil(len / 4) blocks."""
+    sim = Sim(impl, config_only_model_dir, 32, max_num_batched_tokens=16, max_model_len=16)
+    a, b = sim.add("A", 5, 2), sim.add("B", 8, 2, first_token=50)
+    sim.step()
+    got = {"A": (a.status.name, len(a.block_table)), "B": (b.status.name, len(b.block_table))}
+    expected = {"A": ("RUNNING", 2), "B": ("RUNNING", 2)}
+    if got != expected:
+        pytest.fail(f"(status, number of blocks) after admission: expected {expected}, got {got}", pytrace=False)
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab3.admit", "lab3.schedule_decode")
+def test_admission_respects_max_num_seqs(impl, config_only_model_dir):
+    """max_num_seqs 2. A (max 2 tokens), B (max 3), C (max 1), 2-token prompts.
+
+    step 0: A B (C waits: no seat);  step 1: decode A B, A ends;  step 2: prefill C (it ends);  step 3: decode B.
+    """
+    sim = Sim(impl, config_only_model_dir, 32, max_num_seqs=2, max_num_batched_tokens=16, max_model_len=16)
+    sim.add("A", 2, 2, first_token=10)
+    sim.add("B", 2, 3, first_token=20)
+    sim.add("C", 2, 1, first_token=30)
+    check_schedule(["prefill A:2 B:2", "decode A B", "prefill C:2", "decode B"], sim.run(), "max_num_seqs 2")
+
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab3.admit")
+def test_no_overtaking_when_kv_blocks_run_short(impl, config_only_model_dir):
+    """4 blocks. A: 8 tokens (2 blocks, max 3), B: 12 tokens (3 blocks), C: 2 tokens (1 block).
+
+    step 0: A; B needs 3 blocks, 2 are free, so B waits, and C, behind B, waits too (no overtaking);
+    steps 1-2: decode A (its 9th token takes the 3rd block), A ends and frees 3 blocks;
+    step 3: B and C together.
+    """
+    sim = Sim(impl, config_only_model_dir, 4, max_num_batched_tokens=32, max_model_len=16)
+    sim.add("A", 8, 3, first_token=10)
+    sim.add("B", 12, 1, first_token=40)
+    sim.add("C", 2, 1, first_token=80)
+    check_schedule(["prefill A:8", "decode A", "decode A", "prefill B:12 C:2"], sim.run(), "4 KV blocks")
+
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab3.admit")
+def test_token_budget_counts_only_uncached_tokens(impl, config_only_model_dir):
+    """Budget 16. X (a shared 8-token prefix + 1) is computed first and finishes: its 2 full blocks stay cached.
+
+    Y and Z are that prefix + 6 tokens (14 tokens). Each costs 14 - 8 = 6 of the budget, so both fit in one step.
+    """
+    sim = Sim(impl, config_only_model_dir, 32, max_num_batched_tokens=16, max_model_len=16)
+    prefix = list(range(900, 908))
+    sim.add("X", 9, 1, first_token=1, prefix=prefix)
+    sim.step()
+    sim.add("Y", 14, 1, first_token=100, prefix=prefix)
+    sim.add("Z", 14, 1, first_token=200, prefix=prefix)
+    sim.run()
+    check_schedule(["prefill X:9", "prefill Y:6 Z:6"], sim.trace, "budget 16, two 14-token prompts with 8 cached")
+
+
+# -- decode -------------------------------------------------------------------------------------
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab3.schedule_decode")
+def test_decode_batch_is_capped_by_the_token_budget(impl, config_only_model_dir):
+    """Budget 8 tokens, 10 seats. Ten 1-token prompts: 8 admitted in step 0, 2 in step 1.
+
+    A decode step computes one token per sequence, so it takes at most 8: the first 8 in the running
+    queue (A..H, which stay at the front). A..H end after 3 tokens, I and J after 2.
+    """
+    sim = Sim(impl, config_only_model_dir, 32, max_num_seqs=10, max_num_batched_tokens=8, max_model_len=8)
+    names = "ABCDEFGHIJ"
+    for i, name in enumerate(names):
+        sim.add(name, 1, 3 if name < "I" else 2, first_token=10 * i)
+    first8 = " ".join(names[:8])
+    check_schedule(["prefill " + " ".join(f"{n}:1" for n in names[:8]), "prefill I:1 J:1",
+                    f"decode {first8}", f"decode {first8}", "decode I J"], sim.run(), "budget 8, ten sequences")
+
+
+# -- preemption ----------------------------------------------------------------------------------
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab3.preempt")
+def test_preempt_frees_blocks_and_requeues_at_the_front(impl, config_only_model_dir):
+    sim = Sim(impl, config_only_model_dir, 8, max_num_batched_tokens=16, max_model_len=16)
+    a = sim.add("A", 6, 4, first_token=10)
+    sim.add("B", 3, 4, first_token=20)
+    sim.step()
+    sim.add("C", 2, 4, first_token=30)
+    sim.sched.running.remove(a)        # the scheduler takes a sequence out of `running` before preempting it
+    sim.sched.preempt(a)
+    got = {"waiting": sim.queue("waiting"), "status": a.status.name, "block_table": a.block_table,
+           "num_cached_tokens": a.num_cached_tokens, "num_preemptions": a.num_preemptions,
+           "free blocks": sim.bm.num_free_blocks}
+    expected = {"waiting": ["A", "C"], "status": "WAITING", "block_table": [], "num_cached_tokens": 0,
+                "num_preemptions": 1, "free blocks": 8 - 1}
+    bad = {k: (expected[k], got[k]) for k in expected if expected[k] != got[k]}
+    if bad:
+        pytest.fail("after preempt(A): " + "; ".join(f"{k}: expected {e!r}, got {g!r}" for k, (e, g) in bad.items()),
+                    pytrace=False)
+
+
+@pytest.mark.points(4)
+@pytest.mark.covers("lab3.schedule_decode", "lab3.preempt")
+def test_preemption_evicts_the_newest_and_requeues_it_first(impl, config_only_model_dir):
+    """4 blocks; A, B, C, D: 4-token prompts (1 block each); A, B stop after 3 tokens, C, D after 2.
+
+    step 0: all four (pool full).
+    step 1: A's 5th token needs a block: evict D (newest); B's needs one: evict C. decode A B.
+            Waiting is now C, D: C went in front of D, restoring arrival order.
+    step 2: C needs 2 blocks, none free: decode A B, and both end (4 blocks free).
+    step 3: C and D are recomputed from scratch: 5 tokens each.
+    """
+    sim = Sim(impl, config_only_model_dir, 4, max_num_batched_tokens=16, max_model_len=16)
+    seqs = {name: sim.add(name, 4, 3 if name in "AB" else 2, first_token=10 * i + 1)
+            for i, name in enumerate("ABCD")}
+    sim.step()
+    sim.step()
+    if sim.queue("waiting") != ["C", "D"]:
+        pytest.fail(f"after step 1: expected waiting [C, D] (D evicted first, then C in front of it), got "
+                    f"{sim.queue('waiting')}; schedule so far {sim.trace}", pytrace=False)
+    states = [(s.status.name, s.block_table, s.num_cached_tokens, s.num_preemptions)
+              for s in (seqs["C"], seqs["D"])]
+    if states != [("WAITING", [], 0, 1)] * 2:
+        pytest.fail(f"preempted C and D: expected (WAITING, no blocks, 0 cached, 1 preemption) each, got {states}",
+                    pytrace=False)
+    check_schedule(["prefill A:4 B:4 C:4 D:4", "decode A B", "decode A B", "prefill C:5 D:5"], sim.run(),
+                   "4 blocks, four 4-token prompts")
+
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab3.schedule_decode", "lab3.preempt")
+def test_sequence_that_preempts_itself_is_not_scheduled(impl, config_only_model_dir):
+    """DESIGN 3. 3 blocks; A, B: 4-token prompts; A stops after 3 tokens, B after 2.
+
+    step 0: A B (1 free block).  step 1: A takes the free block; B needs one, nobody is left to evict:
+    B preempts itself and is not scheduled: decode A.  step 2: decode A (B needs 2 blocks, 1 free); A ends.
+    step 3: B recomputed: 5 tokens (prefix caching is off here).
+    """
+    sim = Sim(impl, config_only_model_dir, 3, prefix_caching=False, max_num_batched_tokens=16, max_model_len=16)
+    sim.add("A", 4, 3, first_token=10)
+    b = sim.add("B", 4, 2, first_token=20)
+    sim.step()
+    sim.step()
+    where = {"running": sim.queue("running"), "waiting": sim.queue("waiting")}
+    if where != {"running": ["A"], "waiting": ["B"]} or b.block_table:
+        pytest.fail(f"after step 1: expected running [A], waiting [B] and B holding no blocks, got {where} and B "
+                    f"holding {b.block_table}; schedule so far {sim.trace}", pytrace=False)
+    check_schedule(["prefill A:4 B:4", "decode A", "decode A", "prefill B:5"], sim.run(), "3 blocks, self-preemption")
+
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab3.schedule_decode", "lab3.preempt", "lab3.admit")
+def test_recompute_after_preemption_hits_the_prefix_cache(impl, config_only_model_dir):
+    """DESIGN 4. 4 blocks; A: 4 tokens (stops after 2); B: 8 tokens (stops after 3).
+
+    step 0: A B (3 blocks used; B's 2 full blocks are computed, hence cached).
+    step 1: A takes the last block; B's 9th token needs one: B preempts itself; decode A; A ends.
+    step 2: B (9 tokens) is re-admitted: its 8 computed tokens hit the cache, only 1 is recomputed.
+    step 3: decode B.
+    """
+    sim = Sim(impl, config_only_model_dir, 4, max_num_batched_tokens=16, max_model_len=16)
+    sim.add("A", 4, 2, first_token=10)
+    b = sim.add("B", 8, 3, first_token=20)
+    check_schedule(["prefill A:4 B:8", "decode A", "prefill B:1", "decode B"], sim.run(),
+                   "preemption, then a prefix-cache hit on re-prefill")
+    if b.num_preemptions != 1:
+        pytest.fail(f"B.num_preemptions: expected 1, got {b.num_preemptions}", pytrace=False)
+
+
+# -- chunked prefill (stretch) ---------------------------------------------------------------------
+
+@pytest.mark.stretch
+@pytest.mark.points(3)
+@pytest.mark.covers("lab3.chunked_prefill", "lab3.admit")
+def test_chunked_prefill_splits_a_long_prompt(impl, config_only_model_dir):
+    """Chunked prefill, budget 8. A: 20-token prompt (stops after 2), B: 6 tokens (stops after 1), both waiting.
+
+    step 0: A's first 8 (budget spent);  step 1: A's next 8;  step 2: A's last 4, and B admitted with the
+    4 tokens left;  step 3: B's last 2 (A is decoding now, but prefill goes first);  step 4: decode A.
+    """
+    sim = Sim(impl, config_only_model_dir, 32, max_num_batched_tokens=8, max_model_len=32,
+              enable_chunked_prefill=True)
+    sim.add("A", 20, 2, first_token=100)
+    sim.add("B", 6, 1, first_token=200)
+    check_schedule(["prefill A:8", "prefill A:8", "prefill A:4 B:4", "prefill B:2", "decode A"], sim.run(),
+                   "chunked prefill, budget 8")
+
+
+@pytest.mark.stretch
+@pytest.mark.points(2)
+@pytest.mark.covers("lab3.chunked_prefill", "lab3.admit")
+def test_chunked_prefill_samples_only_when_the_prompt_is_done(impl, config_only_model_dir):
+    """DESIGN 9: after each chunk the computed count grows by the chunk; a token appears only after the last."""
+    sim = Sim(impl, config_only_model_dir, 32, max_num_batched_tokens=8, max_model_len=32,
+              enable_chunked_prefill=True)
+    a = sim.add("A", 19, 2, first_token=100)
+    progress = []
+    for _ in range(3):
+        sim.step()
+        progress.append((a.num_cached_tokens, a.num_output_tokens))
+    assert_same_list("(computed tokens, output tokens) of a 19-token prompt after each step, budget 8",
+                     [(8, 0), (16, 0), (19, 1)], progress, label=lambda i: f"step {i}")

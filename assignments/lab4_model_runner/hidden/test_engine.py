@@ -1,0 +1,52 @@
+"""Hidden lab 4 tests: greedy tokens of the whole engine (tiny model), CPU and, where CUDA exists, GPU.
+
+Prefill with prefix hits, chunked prefill and decode all go through the
+runner under test; the tokens must equal the reference's exactly on CPU
+(fp32). The GPU tests use the Triton KV store and CUDA graphs (bf16 on the
+GPU; compared with the reference run on the same GPU).
+"""
+from __future__ import annotations
+
+import pytest
+
+from _inferlab_support import drive_engine, shared_prefix_workload, tokens
+
+GREEDY = {"temperature": 0.0, "ignore_eos": True}
+
+
+def test_greedy_tokens_cpu(observe):
+    requests = shared_prefix_workload(seed=9, n=24, prefixes=3, prefix_len=9, max_prompt=20, max_tokens=8)
+    drive_engine(requests, observe, blocks=False, log=False, kvcache_block_size=4, num_kvcache_blocks=48,
+               max_num_seqs=6, max_num_batched_tokens=256, max_model_len=128, attention_backend="torch")
+
+
+def test_greedy_tokens_chunked_prefill_cpu(observe):
+    requests = [(tokens(40 * i, 11 + 6 * i), {**GREEDY, "max_tokens": 5}) for i in range(4)]
+    drive_engine(requests, observe, blocks=False, log=False, kvcache_block_size=4, num_kvcache_blocks=48,
+               max_num_seqs=4, max_num_batched_tokens=10, max_model_len=128, enable_chunked_prefill=True,
+               attention_backend="torch")
+
+
+@pytest.mark.gpu
+def test_greedy_tokens_triton_cuda_graphs(observe):
+    requests = shared_prefix_workload(seed=9, n=24, prefixes=3, prefix_len=9, max_prompt=20, max_tokens=8)
+    drive_engine(requests, observe, blocks=False, log=False, device="cuda", kvcache_block_size=16,
+               num_kvcache_blocks=64, max_num_seqs=8, max_num_batched_tokens=512, max_model_len=128,
+               attention_backend="triton", enforce_eager=False)
+
+
+@pytest.mark.gpu
+def test_kv_store_kernel(observe):
+    import torch
+    from _inferlab_support import approx, module
+    kv_store = module("kernels.kv_store")
+    g = torch.Generator().manual_seed(3)
+    k = torch.randn(6, 2, 8, generator=g).cuda()
+    v = torch.randn(6, 2, 8, generator=g).cuda()
+    k_cache = torch.zeros(4, 4, 2, 8, device="cuda")
+    v_cache = torch.zeros(4, 4, 2, 8, device="cuda")
+    slots = torch.tensor([5, 0, -1, 15, 9, 6], device="cuda")
+    kv_store.store_kvcache_triton(k, v, k_cache, v_cache, slots)
+    torch.cuda.synchronize()
+    observe("k_cache", approx(k_cache.flatten().tolist(), 1e-6))
+    observe("v_cache", approx(v_cache.flatten().tolist(), 1e-6))

@@ -1,0 +1,147 @@
+"""What a lab N release does about the labs after N: their stand-ins run, their solutions stay out.
+
+A lab N release stubs the regions of every later lab. So that its engine
+still serves requests, `with_standins` takes the generated package and
+(1) names those later labs in `standins/labs.py`, which makes
+`reference/standins/choice.py` build the engine from stand-ins for them, and
+(2) leaves out the stand-ins of lab N and earlier labs: the release does not
+need them, and a lab 2 student has no use for a simplified block manager.
+The design and its price are in docs/labs.md ("Stand-ins in a release").
+
+`used_support` keeps a later lab's steps out of the public test support
+files: a release gets only the `lab_*.py` modules its own tests import (lab
+1's test doubles script a recompute preemption, which is part of lab 3).
+
+`solution_leaks` is the check that a release shows no later lab's solution:
+it looks for the lines of their region bodies in every file of the release.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from courseware.exercises import LABS, PACKAGE, ReferenceTree, generate
+
+STANDINS = "standins/"
+SWITCH = STANDINS + "labs.py"
+MODULES = {"lab2": "standins/block_manager.py", "lab3": "standins/scheduler.py", "lab4": "standins/model_runner.py"}
+OFF = "STANDIN_LABS: frozenset[str] = frozenset()\n"
+# Body lines shorter than this (`return hits`, `freed = 0`) say nothing about a solution.
+DISTINCTIVE_CHARS = 24
+TEXT_SUFFIXES = (".py", ".md", ".txt", ".toml", ".json", ".cfg", ".ini")
+_INLINE_COMMENT = re.compile(r"\s+#.*$")
+
+
+def later_labs(lab: str, labs: Iterable[str] = LABS) -> list[str]:
+    labs = list(labs)
+    if lab not in labs:
+        raise ValueError(f"unknown lab {lab!r}; choose one of {', '.join(labs)}")
+    return labs[labs.index(lab) + 1:]
+
+
+def with_standins(files: dict[str, str], lab: str, labs: Iterable[str] = LABS) -> dict[str, str]:
+    """The generated package of a lab `lab` release, with the later labs' stand-ins switched on."""
+    later = later_labs(lab, labs)
+    missing = [other for other in later if other not in MODULES]
+    if missing:
+        raise ValueError(f"no stand-in for {', '.join(missing)}: a {lab} release would stop at its stubs "
+                         "(add one under reference/standins/ and to MODULES)")
+    unused = {path for other, path in MODULES.items() if other not in later}
+    out = {path: text for path, text in files.items() if path not in unused}
+    switch = out[SWITCH]
+    if OFF not in switch:
+        raise ValueError(f"{SWITCH} no longer holds the line {OFF.strip()!r} that a release rewrites")
+    if later:
+        out[SWITCH] = switch.replace(OFF, f"STANDIN_LABS: frozenset[str] = frozenset({later!r})\n")
+    return out
+
+
+def engine_section(lab: str, labs: Iterable[str] = LABS) -> str:
+    """The release README's section on running the engine (and, before lab 4, on its stand-ins)."""
+    later = later_labs(lab, labs)
+    standins = (f"\nThe engine's parts from {', '.join(later)} are stand-ins, not solutions: "
+                f"`{PACKAGE}/standins/` says what each one does and what it cannot show (the greedy tokens are "
+                "the course engine's; schedules differ only when memory is tight).\n") if later else ""
+    return f"""## Run the engine
+
+Once your regions are written, the whole engine serves requests on the tiny model (CPU):
+
+```bash
+python -c "
+from courseware.tiny_model import ensure_tiny_model
+from {PACKAGE} import LLM, SamplingParams
+llm = LLM(str(ensure_tiny_model()), device='cpu', max_num_seqs=4)
+outs = llm.generate(['Hello', 'What is a KV cache?'], SamplingParams(temperature=0.0, max_tokens=16))
+print([o['token_ids'] for o in outs])
+"
+```
+{standins}
+"""
+
+
+def used_support(tests_dir: Path, tests: list[Path]) -> list[Path]:
+    """The `lab_*.py` support modules that `tests` import, directly or through each other."""
+    support = {path.stem: path for path in tests_dir.glob("lab_*.py")}
+    wanted: set[str] = set()
+    queue = list(tests)
+    while queue:
+        text = queue.pop().read_text(encoding="utf-8")
+        for name, path in support.items():
+            if name not in wanted and re.search(rf"^\s*(from|import)\s+{name}\b", text, re.M):
+                wanted.add(name)
+                queue.append(path)
+    return [support[name] for name in sorted(wanted)]
+
+
+def _code(line: str) -> str:
+    return _INLINE_COMMENT.sub("", line.strip()) if not line.strip().startswith("#") else ""
+
+
+def distinctive_lines(tree: ReferenceTree, labs: Iterable[str]) -> dict[str, str]:
+    """Code line (stripped, no comment) -> region id, for the labs' body lines found nowhere outside bodies."""
+    wanted = set(labs)
+    # The stand-ins are what is checked, not part of the background: a line copied into one must show.
+    outside = {_code(line) for path, text in generate(tree).items() if not path.startswith(STANDINS)
+               for line in text.splitlines()}
+    found: dict[str, str] = {}
+    for region in tree.regions:
+        if region.lab in wanted:
+            for line in tree.body(region.region_id).splitlines():
+                code = _code(line)
+                if len(code) >= DISTINCTIVE_CHARS and code not in outside:
+                    found.setdefault(code, region.region_id)
+    return found
+
+
+def _texts(root: Path):
+    for path in sorted(root.rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        if path.suffix == ".ipynb":
+            cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+            yield path, "\n".join("".join(cell.get("source", [])) for cell in cells)
+        elif path.suffix in TEXT_SUFFIXES:
+            yield path, path.read_text(encoding="utf-8", errors="replace")
+
+
+def solution_leaks(release: Path, tree: ReferenceTree, labs: Iterable[str]) -> dict[str, list[str]]:
+    """Region id -> `file (k of n lines)` for each release file holding over half of a region's distinctive lines.
+
+    Half, not one: a stand-in must call the same public methods as the
+    solution it replaces (`self.block_manager.allocate(seq)`), and that line
+    alone reveals nothing; most of a body's own lines, or all of it, would.
+    """
+    by_region: dict[str, set[str]] = {}
+    for code, region_id in distinctive_lines(tree, labs).items():
+        by_region.setdefault(region_id, set()).add(code)
+    leaks: dict[str, list[str]] = {}
+    for path, text in _texts(release):
+        present = {_code(line) for line in text.splitlines()}
+        for region_id, lines in by_region.items():
+            shown = len(lines & present)
+            if 2 * shown > len(lines):
+                leaks.setdefault(region_id, []).append(
+                    f"{path.relative_to(release).as_posix()} ({shown} of {len(lines)} lines)")
+    return leaks

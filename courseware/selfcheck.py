@@ -1,0 +1,187 @@
+"""`inferlab check labN`: run a lab's public tests and print an xv6-style score table.
+
+It runs in the course repository and in a student release (where it is the
+whole `inferlab` command). The tests run in a child pytest process with
+`courseware.score_plugin`, and the score is computed from the outcome file that
+plugin writes, never from the exit code or the console text. A skipped test
+(a GPU test on a machine without CUDA) earns nothing and is listed as not
+graded here, so a skip can never look like a pass.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from courseware.labs import exercise_labs
+
+TESTS = Path("student_exercises") / "tests"
+MESSAGE_LINES = 8
+
+
+@dataclass
+class SuiteRun:
+    """One pytest run of a lab's public suite: per-test results plus how the process ended."""
+
+    returncode: int
+    wall_s: float
+    output: str
+    results: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tests(self) -> dict[str, dict[str, Any]]:
+        return self.results.get("tests", {})
+
+    def outcomes(self) -> dict[str, str]:
+        """nodeid -> passed / failed / error / skipped / missing (never reported)."""
+        return {nodeid: t["outcome"] or "missing" for nodeid, t in self.tests.items()}
+
+
+def find_project(start: Path | None = None) -> Path:
+    """The folder holding student_exercises/tests (the release root, or the course repository)."""
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / TESTS / "conftest.py").is_file():
+            return folder
+    raise FileNotFoundError(f"no {TESTS}/ here or above {here}: run this from your lab folder")
+
+
+def pytest_command(tests_dir: Path, lab: str, results: Path, impl: str = "student",
+                   extra: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "pytest", str(tests_dir), "-m", lab, "--impl", impl, "-q",
+            "-p", "no:cacheprovider", "-p", "courseware.score_plugin", "--inferlab-results", str(results), *extra]
+
+
+def run_suite(project: Path, lab: str, impl: str = "student", extra: Sequence[str] = (),
+              env: dict[str, str] | None = None, timeout: float | None = None) -> SuiteRun:
+    """Run `lab`'s public tests under `project` in a child process and read back every outcome."""
+    if env is None:
+        # Third-party pytest plugins are not loaded: they can slow a run down by seconds, or change it.
+        env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    with tempfile.TemporaryDirectory(prefix="inferlab-check-") as tmp:
+        results = Path(tmp) / "results.json"
+        started = time.perf_counter()
+        try:
+            proc = subprocess.run(pytest_command(project / TESTS, lab, results, impl, extra), cwd=project,
+                                  env=env, capture_output=True, text=True, timeout=timeout)
+            returncode, output = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as err:
+            returncode = -1
+            output = f"timed out after {timeout} s\n{(err.stdout or b'')!r}"
+        wall = time.perf_counter() - started
+        data = json.loads(results.read_text(encoding="utf-8")) if results.is_file() else {}
+    return SuiteRun(returncode, wall, output, data)
+
+
+RESULT_STYLE = {"passed": ("PASS", "green"), "failed": ("FAIL", "red"), "error": ("ERROR", "red"),
+                "missing": ("MISSING", "red"), "skipped": ("SKIP", "yellow")}
+
+
+def score(run: SuiteRun) -> tuple[int, int, int]:
+    """(earned, possible, not graded here): skipped tests are not graded, never earned."""
+    earned = possible = ungraded = 0
+    for test in run.tests.values():
+        outcome = test["outcome"] or "missing"
+        if outcome == "skipped":
+            ungraded += test["points"]
+            continue
+        possible += test["points"]
+        earned += test["points"] if outcome == "passed" else 0
+    return earned, possible, ungraded
+
+
+def score_table(run: SuiteRun, lab: str, package: str) -> Table:
+    earned, possible, ungraded = score(run)
+    table = Table(title=f"{lab} self-check ({package})", caption_justify="left")
+    table.add_column("test", overflow="fold")
+    table.add_column("points", justify="right", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    for test in sorted(run.tests.values(), key=lambda t: (t["file"], t["stretch"])):
+        outcome = test["outcome"] or "missing"
+        label, style = RESULT_STYLE.get(outcome, (outcome.upper(), "red"))
+        if outcome == "skipped":
+            label = f"SKIP ({test['message'] or 'skipped'})"
+        tags = [tag for tag in ("stretch", "gpu") if test[tag]]
+        name = escape(test["name"]) + (f" [dim]({', '.join(tags)})[/dim]" if tags else "")
+        got = test["points"] if outcome == "passed" else 0
+        table.add_row(name, f"{got}/{test['points']}", f"[{style}]{escape(label)}[/{style}]")
+    table.add_section()
+    table.add_row("[bold]total[/bold]", f"[bold]{earned}/{possible}[/bold]", "")
+    if ungraded:
+        table.caption = f"{ungraded} points of skipped tests (e.g. GPU tests without CUDA) are not graded here."
+    return table
+
+
+def _gist(message: str) -> str:
+    """The part of a failure report a student needs first: pytest's `E` lines, else the message itself."""
+    lines = [line.rstrip() for line in message.splitlines() if line.strip()]
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    chosen = errors or lines or ["(no report: the test never ran to the end)"]
+    return "\n    ".join(chosen[:MESSAGE_LINES])
+
+
+def _failure_notes(run: SuiteRun) -> list[str]:
+    """One note per distinct failure, naming every test that failed that way."""
+    groups: dict[str, list[str]] = {}
+    for test in run.tests.values():
+        if (test["outcome"] or "missing") in ("failed", "error", "missing"):
+            groups.setdefault(_gist(test["message"]), []).append(test["name"])
+    notes = []
+    for gist, names in groups.items():
+        who = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
+        notes.append(f"{who}:\n    {gist}")
+    return notes
+
+
+def check(lab: str, impl: str = "student", console: Console | None = None, project: Path | None = None) -> int:
+    """Run and score one lab; exit status 0 only when every graded test passed."""
+    project = project or find_project()
+    labs = exercise_labs(project)
+    if lab not in labs:
+        raise ValueError(f"unknown lab {lab!r}; this tree has public tests for: {', '.join(labs) or 'none'}")
+    console = console or Console()
+    package = "reference" if impl == "reference" else "student_exercises"
+    run = run_suite(project, lab, impl)
+    errors = run.results.get("collection_errors") or []
+    if not run.results or errors or not run.tests:
+        console.print(f"[bold red]the {lab} tests could not be collected[/bold red] (pytest exit {run.returncode}):")
+        console.print(escape("\n".join(errors) or run.output[-3000:]))
+        return 1
+    console.print(score_table(run, lab, package))
+    notes = _failure_notes(run)
+    if notes:
+        console.print(f"\n[bold]What went wrong[/bold] (details: pytest {TESTS.as_posix()} -m {lab}):")
+        for note in notes:
+            console.print(escape(note))
+    earned, possible, _ = score(run)
+    return 0 if earned == possible else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `inferlab` command of a student release: only `check`."""
+    parser = argparse.ArgumentParser(prog="inferlab", description="InferLab lab tools (student release).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    cmd = sub.add_parser("check", help="run a lab's public tests and print your score")
+    cmd.add_argument("lab", help="a lab whose public tests this tree has (student_exercises/tests/test_labN_*.py)")
+    args = parser.parse_args(argv)
+    try:
+        return check(args.lab)
+    except (ValueError, FileNotFoundError) as err:
+        Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(str(err))}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""`inferlab grade run`: grade a whole class, N submissions at a time, resumably.
+
+    inferlab grade run --lab lab2 --submissions submitted/ --out grades/lab2 [-j 2] [--student ID] [--force]
+
+Each worker thread owns one fork server and grades one submission at a time:
+extract the region bodies, build the harness, run the rubric's items in
+order, write `OUT/<student_id>.json` the moment the submission is done. A
+submission that crashes the grader's own code gets a result whose remaining
+items are `error` and the batch goes on; a graded process that hangs is
+killed at its item's deadline. A rerun skips every submission whose result
+is complete and was made from the same files, rubric and golden outputs
+(unless --force), so an interrupted run picks up where it stopped.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from grading import RESULT_FORMAT
+from grading.execute import Fence, Runner, clear
+from grading.golden import cuda_available, golden_sha256, load_golden, model_dir
+from grading.harness import build_harness, digest
+from grading.items import ItemContext, grade_item
+from grading.results import ItemResult, device_description, package_versions, read_result, write_json_atomic
+from grading.rubric import Rubric, load_rubric
+from grading.submission import Submission, extract, file_hashes, find_submissions, ignored_files
+from courseware.exercises import ReferenceTree, load_reference
+
+WORK = ".work"
+# CPython 3.11's ast/compile can fail with "AST constructor recursion depth mismatch" when threads parse at
+# once; extraction and harness generation parse source, so workers take turns there (it takes milliseconds).
+_PARSE_LOCK = threading.Lock()
+
+
+@dataclass
+class RunOptions:
+    lab: str
+    submissions: Path
+    out: Path
+    jobs: int = 1
+    student: str | None = None
+    force: bool = False
+    spawn: str = "fork"
+    landlock: bool = True
+    keep_work: bool = False
+    deadline_cap_s: float | None = None      # tests and dry runs: no item may run longer than this
+
+
+@dataclass
+class Shared:
+    """What every submission of one run is graded against (read-only once built)."""
+
+    options: RunOptions
+    rubric: Rubric
+    golden: dict[str, Any]
+    tree: ReferenceTree
+    fence: Fence
+    cuda: bool
+    reference_harness: Path | None
+    environment: dict[str, Any]
+    rubric_sha256: str
+    golden_sha256: str
+
+
+@dataclass
+class RunSummary:
+    graded: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+
+def submission_sha256(hashes: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _regions_and_flags(sub: Submission, shared: Shared):
+    hashes, notes = file_hashes(sub.path)
+    flags = ignored_files(hashes)
+    if not sub.package.is_dir():
+        notes.append("no student_exercises/ folder in the submission: every region counts as missing")
+    extraction = extract(sub.package, shared.tree, shared.options.lab)
+    flags += [f"ignored or suspicious: {s}" for s in extraction.suspicious]
+    notes += extraction.notes
+    return hashes, notes, flags, extraction
+
+
+def grade_submission(sub: Submission, shared: Shared, runner: Runner) -> dict[str, Any]:
+    """Grade one submission completely; never raises for anything the submission does."""
+    started, clock = _now(), time.monotonic()
+    with _PARSE_LOCK:
+        hashes, notes, flags, extraction = _regions_and_flags(sub, shared)
+    work = shared.options.out / WORK / sub.student_id
+    clear(work)
+    lab = shared.options.lab
+
+    def fresh_harness():
+        target = work / f"harness-{time.monotonic_ns()}"
+        with _PARSE_LOCK:
+            build_harness(target, lab, shared.tree, extraction.bodies)
+        return target, digest(target)
+
+    harness, harness_digest = fresh_harness()
+    ctx = ItemContext(shared.rubric, shared.golden, harness, harness_digest, shared.reference_harness, sub.path,
+                      work / "scratch", shared.fence, runner, shared.cuda, fresh_harness,
+                      deadline_cap_s=shared.options.deadline_cap_s)
+    items: list[ItemResult] = []
+    sandbox = None
+    for item in shared.rubric.items:
+        try:
+            result = grade_item(item, ctx)
+        except Exception as err:  # noqa: BLE001 - the grader's own failure: say so, keep going
+            result = ItemResult(item.id, item.title, item.kind, item.points, 0, "error",
+                                f"grader error: {type(err).__name__}: {err}",
+                                details=traceback.format_exc().splitlines()[-8:])
+        ctx.done[item.id] = result
+        items.append(result)
+        if sandbox is None and result.measurements.get("sandbox"):
+            sandbox = result.measurements.pop("sandbox")
+        else:
+            result.measurements.pop("sandbox", None)
+    if not shared.options.keep_work:
+        clear(work)
+    blocked = sum(i.points for i in items if i.status == "blocked")
+    score = sum(i.score for i in items)
+    for item in items:
+        item.flags = list(dict.fromkeys(item.flags))            # one refusal repeated per test is one flag
+        flags += [f"{item.id}: {flag}" for flag in item.flags]
+    return {
+        "format": RESULT_FORMAT,
+        "complete": True,
+        "lab": lab,
+        "student_id": sub.student_id,
+        "score": score,
+        "max_score": shared.rubric.total,
+        "gradable_points": shared.rubric.total - blocked,
+        "blocked_points": blocked,
+        "items": [i.as_dict() for i in items],
+        "regions": [{"region_id": r.region_id, "status": r.status, "message": r.message} for r in extraction.regions],
+        "flags": flags,
+        "notes": notes,
+        "files": hashes,
+        "submission_sha256": submission_sha256(hashes),
+        "rubric_sha256": shared.rubric_sha256,
+        "golden_sha256": shared.golden_sha256,
+        "environment": {**shared.environment, "sandbox": sandbox},
+        "timing": {"started": started, "finished": _now(), "wall_s": round(time.monotonic() - clock, 3)},
+    }
+
+
+def _error_result(sub: Submission, shared: Shared, err: BaseException) -> dict[str, Any]:
+    """When even the submission-level steps failed: every item an error, and the reason, still one result."""
+    items = [ItemResult(i.id, i.title, i.kind, i.points, 0, "error", f"grader error: {type(err).__name__}: {err}")
+             for i in shared.rubric.items]
+    return {"format": RESULT_FORMAT, "complete": True, "lab": shared.options.lab, "student_id": sub.student_id,
+            "score": 0, "max_score": shared.rubric.total, "gradable_points": shared.rubric.total, "blocked_points": 0,
+            "items": [i.as_dict() for i in items], "regions": [], "flags": [], "notes": [traceback.format_exc()[-2000:]],
+            "files": {}, "submission_sha256": "", "rubric_sha256": shared.rubric_sha256,
+            "golden_sha256": shared.golden_sha256, "environment": {**shared.environment, "sandbox": None},
+            "timing": {"started": _now(), "finished": _now(), "wall_s": 0.0}}
+
+
+def _up_to_date(path: Path, sub: Submission, shared: Shared) -> bool:
+    existing = read_result(path)
+    if existing is None:
+        return False
+    hashes, _ = file_hashes(sub.path)
+    return (existing.get("submission_sha256") == submission_sha256(hashes)
+            and existing.get("rubric_sha256") == shared.rubric_sha256
+            and existing.get("golden_sha256") == shared.golden_sha256)
+
+
+def prepare(options: RunOptions) -> Shared:
+    rubric = load_rubric(options.lab)
+    observed = any(item.observed for item in rubric.items)
+    golden = load_golden(options.lab) if observed else {"items": {}, "tests": {}}      # report-only labs need none
+    tree = load_reference()
+    out = options.out.resolve()
+    fence = Fence.for_run(model_dir(), out, options.submissions.resolve(), landlock=options.landlock)
+    cuda = cuda_available()
+    reference = None
+    if any(item.kind == "throughput" for item in rubric.items):
+        reference = out / WORK / "reference-harness"
+        clear(reference)
+        build_harness(reference, options.lab, tree)
+    environment = {"device": device_description(cuda), "versions": package_versions(), "spawn": options.spawn}
+    return Shared(options, rubric, golden, tree, fence, cuda, reference, environment,
+                  hashlib.sha256(rubric.path.read_bytes()).hexdigest(), golden_sha256(options.lab))
+
+
+def grade_run(options: RunOptions, console: Console | None = None, show_progress: bool = True) -> RunSummary:
+    console = console or Console()
+    started = time.monotonic()
+    options.out.mkdir(parents=True, exist_ok=True)
+    options = RunOptions(**{**options.__dict__, "out": options.out.resolve(),
+                            "submissions": options.submissions.resolve()})
+    submissions, notes = find_submissions(options.submissions, options.lab, options.student)
+    shared = prepare(options)
+    summary = RunSummary(notes=notes)
+    todo: "queue.Queue[Submission]" = queue.Queue()
+    for sub in submissions:
+        path = options.out / f"{sub.student_id}.json"
+        if not options.force and _up_to_date(path, sub, shared):
+            summary.skipped.append(sub.student_id)
+            summary.results[sub.student_id] = read_result(path)
+        else:
+            todo.put(sub)
+    total = todo.qsize()
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("eta"), TimeRemainingColumn())
+    with Progress(*columns, console=console, disable=not show_progress, transient=False) as progress:
+        task = progress.add_task(f"grading {options.lab}", total=total)
+
+        def worker(index: int) -> None:
+            runner = Runner(options.out / WORK / f"worker{index}", options.spawn)
+            try:
+                while not stop.is_set():
+                    try:
+                        sub = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    try:
+                        result = grade_submission(sub, shared, runner)
+                    except Exception as err:  # noqa: BLE001 - one submission never stops the batch
+                        result = _error_result(sub, shared, err)
+                    write_json_atomic(options.out / f"{sub.student_id}.json", result)
+                    with lock:
+                        summary.graded.append(sub.student_id)
+                        summary.results[sub.student_id] = result
+                        progress.update(task, advance=1,
+                                        description=f"grading {options.lab} (last: {sub.student_id} "
+                                                    f"{result['score']}/{result['max_score']})")
+            finally:
+                runner.close()
+
+        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(max(1, options.jobs))]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                while thread.is_alive():
+                    thread.join(0.2)
+        except KeyboardInterrupt:
+            stop.set()
+            console.print("[yellow]interrupted: finished results are kept; run again to resume[/yellow]")
+            for thread in threads:
+                thread.join(30)
+            raise
+    if not options.keep_work:
+        clear(options.out / WORK)
+    summary.wall_s = time.monotonic() - started
+    return summary

@@ -1,0 +1,43 @@
+"""Fake submissions in nbgrader's layout, for the grader's tests and the scale benchmark.
+
+`write_submission(root, student, lab, choose)` writes
+`root/<student>/<lab>/student_exercises/` generated from the reference with
+`choose` deciding each region's body (None keeps the reference body), exactly
+as a student's tree looks: markers and hints kept, imports pointing at
+`student_exercises`. The presets are the three kinds of work a grader must
+tell apart: the reference solution, untouched stubs, and a bug-zoo mutant.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from courseware.exercises import PACKAGE, ReferenceTree, generate, write_package
+from courseware.regions import Region, stub_body
+
+
+def write_submission(root: Path, student: str, lab: str, tree: ReferenceTree,
+                     choose: Callable[[Region], str | None], extra_files: Mapping[str, str] | None = None) -> Path:
+    folder = root / student / lab
+    write_package(generate(tree, choose), folder / PACKAGE)
+    for relpath, text in (extra_files or {}).items():
+        path = folder / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return folder
+
+
+def solved(lab: str) -> Callable[[Region], str | None]:
+    """The reference bodies for `lab` (and every other lab), as a student who got everything right."""
+    return lambda region: None
+
+
+def stubs(lab: str) -> Callable[[Region], str | None]:
+    """`lab`'s regions untouched (still raising NotImplementedError); the others filled in."""
+    return lambda region: stub_body(region) if region.lab == lab else None
+
+
+def with_bodies(bodies: Mapping[str, str], tree: ReferenceTree) -> Callable[[Region], str | None]:
+    """Reference bodies except the given ones (dedented text, indented here to each region's level)."""
+    from courseware.regions import reindent
+    return lambda region: reindent(bodies[region.region_id], region.indent) if region.region_id in bodies else None
