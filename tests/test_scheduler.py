@@ -510,3 +510,19 @@ def test_random_workload_returns_every_block(model_dir, chunked, prefix_caching,
     # The workload exercised what it is meant to.
     assert any(s.num_preemptions > 0 for s in all_seqs)
     assert (hits > 0) == prefix_caching
+
+
+def test_an_admission_looks_its_prefix_up_once(model_dir, monkeypatch):
+    """Budget, room and allocation all need the prompt's prefix hits: its blocks are hashed once, not three times."""
+    import reference.engine.block_manager as bm_module
+    sched = make_scheduler(model_dir, num_blocks=16)
+    add(sched, list(range(1, 14)), max_tokens=1)      # 13 tokens: its 3 full blocks get published, then freed
+    run_step(sched)
+    assert sched.is_finished()
+    hashed = []
+    real_hash = bm_module.chain_hash
+    monkeypatch.setattr(bm_module, "chain_hash", lambda tokens, prev: hashed.append(tokens) or real_hash(tokens, prev))
+    again = add(sched, list(range(1, 14)) + [90, 91, 92])   # 16 tokens: blocks 0-2 may hit, block 3 holds the last
+    seqs, is_prefill = sched.schedule()
+    assert seqs == [again] and is_prefill and again.num_cached_tokens == 12
+    assert hashed == [list(range(1, 5)), list(range(5, 9)), list(range(9, 13))]
