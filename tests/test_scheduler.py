@@ -76,7 +76,7 @@ def run_step(sched: Scheduler, kv: dict | None = None) -> tuple[list[Sequence], 
             seq.append_token(fake_token(seq))
             if seq.num_output_tokens >= seq.sampling_params.max_tokens:
                 sched.finish(seq)
-    sched.step += 1
+    sched.log.end_step()
     return seqs, is_prefill
 
 

@@ -99,7 +99,7 @@ def offer(engine, seq: Sequence, request_id: int, pipe, peer: int, staging: torc
     start = time.perf_counter()
     nbytes = send_blocks(engine.model_runner.kv_cache, seq.block_table[first:last], peer, staging)
     seconds = time.perf_counter() - start
-    engine.log.emit("KV_SENT", seq.seq_id, engine.step_index, blocks=last - first, bytes=nbytes, seconds=seconds)
+    engine.log.emit("KV_SENT", seq.seq_id, blocks=last - first, bytes=nbytes, seconds=seconds)
     engine.scheduler.finish(seq)     # P's blocks go back to its pool (their prefix stays cached)
     del engine.sequences[seq.seq_id]
     return True
@@ -130,6 +130,6 @@ def accept(engine, handoff: Handoff, pipe, peer: int, staging: torch.device) -> 
     seq.status = SequenceStatus.RUNNING              # straight into the running queue: decode next
     engine.scheduler.running.append(seq)
     engine.sequences[seq.seq_id] = seq
-    engine.log.emit("KV_RECEIVED", seq.seq_id, engine.step_index, blocks=last - first, bytes=nbytes,
+    engine.log.emit("KV_RECEIVED", seq.seq_id, blocks=last - first, bytes=nbytes,
                     seconds=seconds, cached_blocks=first)
     return seq

@@ -37,13 +37,12 @@ class Scheduler:
         self.log = log
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
-        self.step = 0  # the engine step being scheduled; stamped on events
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
         # >>> EXERCISE lab1.emit_queued: Log that a new request entered the waiting queue.
         # HINT: QUEUED's reason tells a new request from a preempted one coming back.
-        self.log.emit("QUEUED", seq.seq_id, self.step, reason="new")
+        self.log.emit("QUEUED", seq.seq_id, reason="new")
         # <<< EXERCISE lab1.emit_queued
 
     def is_finished(self) -> bool:
@@ -141,7 +140,7 @@ class Scheduler:
         now = self.log.now()
         if seq.first_scheduled_time is None:
             seq.first_scheduled_time = now
-        self.log.emit("SCHEDULED", seq.seq_id, self.step, now, is_prefill=is_prefill,
+        self.log.emit("SCHEDULED", seq.seq_id, now=now, is_prefill=is_prefill,
                       num_new_tokens=num_tokens, num_cached_tokens=seq.num_cached_tokens,
                       block_table=list(seq.block_table))
         # <<< EXERCISE lab1.emit_scheduled
@@ -162,8 +161,8 @@ class Scheduler:
         """The two events a recompute preemption leaves in the log."""
         # >>> EXERCISE lab1.emit_preemption: Log that seq lost its blocks, then that it re-entered the waiting queue.
         # HINT: PREEMPTED carries blocks_freed; the QUEUED that follows says why it is queued again.
-        self.log.emit("PREEMPTED", seq.seq_id, self.step, blocks_freed=blocks_freed)
-        self.log.emit("QUEUED", seq.seq_id, self.step, reason="preempted")
+        self.log.emit("PREEMPTED", seq.seq_id, blocks_freed=blocks_freed)
+        self.log.emit("QUEUED", seq.seq_id, reason="preempted")
         # <<< EXERCISE lab1.emit_preemption
 
     def finish(self, seq: Sequence) -> int:
