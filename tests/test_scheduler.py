@@ -512,6 +512,19 @@ def test_random_workload_returns_every_block(model_dir, chunked, prefix_caching,
     assert (hits > 0) == prefix_caching
 
 
+def test_retire_stops_scheduling_a_sequence_until_it_finishes(model_dir):
+    """Async scheduling's length limit: the sequence leaves `running` but keeps its blocks until `finish`."""
+    sched = make_scheduler(model_dir, num_blocks=8)
+    a, b = add(sched, [1, 2, 3]), add(sched, [4, 5, 6])
+    run_step(sched)                                   # prefill both: 4 tokens each, one block each
+    sched.retire(a)
+    assert list(sched.running) == [b] and not sched.waiting
+    assert a.status == SequenceStatus.RUNNING and len(a.block_table) == 1
+    seqs, is_prefill = run_step(sched)
+    assert seqs == [b] and not is_prefill             # a is not scheduled again
+    assert sched.finish(a) == 1 and a.status == SequenceStatus.FINISHED
+
+
 def test_an_admission_looks_its_prefix_up_once(model_dir, monkeypatch):
     """Budget, room and allocation all need the prompt's prefix hits: its blocks are hashed once, not three times."""
     import reference.engine.block_manager as bm_module

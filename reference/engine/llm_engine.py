@@ -312,7 +312,7 @@ class LLMEngine:
         Its K/V count as computed (the GPU writes them before any later step
         reads them: one stream), and each sampled token is a PENDING_TOKEN
         placeholder until `_resolve`. A sequence that this token takes to its
-        length limit leaves the running queue now, so it is not scheduled again.
+        length limit is retired now (`Scheduler.retire`), so it is not scheduled again.
         """
         for seq in in_flight.seqs:
             if seq.is_finished:
@@ -320,7 +320,7 @@ class LLMEngine:
             self.block_manager.mark_computed(seq, seq.num_scheduled_tokens)
             seq.append_token(PENDING_TOKEN)
             if self._reaches_length_limit(seq):
-                self.scheduler.running.remove(seq)
+                self.scheduler.retire(seq)
 
     def _resolve(self, in_flight: InFlightStep) -> list[StepOutput]:
         """Put the real tokens of a step in flight in place of its placeholders, log them, stop."""
