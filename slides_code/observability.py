@@ -96,11 +96,9 @@ def attach(llm, logger: StageLogger = logger, metrics: Metrics = metrics, trace:
     """Log and measure every lifecycle event of `llm`, and trace its step, schedule and model run."""
     arrival: dict[int, float] = {}
     first_token: dict[int, float] = {}
-    emit = llm.log.emit
 
-    def emit_and_observe(event, seq_id, step, now=None, **fields):
-        emit(event, seq_id, step, now, **fields)
-        e = llm.log.events[-1]
+    def on_event(e: dict) -> None:
+        event, seq_id, step = e["event"], e["seq_id"], e["step"]
         if event == "ARRIVED":
             arrival[seq_id] = e["time"]
             logger.info("arrived", seq_id, prompt_len=e["prompt_len"])
@@ -122,7 +120,7 @@ def attach(llm, logger: StageLogger = logger, metrics: Metrics = metrics, trace:
                 metrics.observe("tpot_ms", tpot * 1e3)
             metrics.observe("e2e_ms", (e["time"] - arrival[seq_id]) * 1e3)
 
-    llm.log.emit = emit_and_observe   # the scheduler holds the same log object, so its events come here too
+    llm.log.subscribe(on_event)   # the scheduler holds the same log object, so its events come here too
     trace.wrap(llm, "step", "LLMEngine.step")
     trace.wrap(llm.scheduler, "schedule", "Scheduler.schedule")
     trace.wrap(llm.model_runner, "run", "ModelRunner.run")

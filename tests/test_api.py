@@ -167,3 +167,26 @@ def test_tiny_model_runs_single_threaded_on_cpu_unless_told(tiny_model_dir):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("path", ["generate", "stream", "add_request"])
+def test_each_prompt_is_tokenized_and_checked_once(llm, monkeypatch, path):
+    """A text prompt reaches the tokenizer once and `check_request` once, on every way in."""
+    encoded, checked = [], []
+    real_encode, real_check = llm.tokenizer.encode, llm.check_request
+    monkeypatch.setattr(llm.tokenizer, "encode", lambda text, **kw: encoded.append(text) or real_encode(text, **kw))
+    monkeypatch.setattr(llm, "check_request", lambda ids, p: checked.append(list(ids)) or real_check(ids, p))
+    prompts, params = ["hello there", "one two three"], SamplingParams(**GREEDY)
+    if path == "generate":
+        llm.generate(prompts, params, use_tqdm=False)
+    elif path == "stream":
+        list(llm.stream(prompts, params))
+    else:
+        for prompt in prompts:
+            llm.add_request(prompt, params)
+        while not llm.is_finished():
+            llm.step()
+        for seq_id in list(llm.finished):
+            llm.finished.pop(seq_id)
+    assert encoded == prompts
+    assert checked == [real_encode(p, add_special_tokens=False) for p in prompts]

@@ -189,3 +189,23 @@ def test_stream_gives_the_same_text(tiny_model_dir, device):
 def test_async_scheduling_must_be_a_bool(tiny_model_dir):
     with pytest.raises(TypeError, match="async_scheduling"):
         LLM(tiny_model_dir, device="cpu", async_scheduling="yes")
+
+
+def test_length_limit_retires_through_the_scheduler(tiny_model_dir, device):
+    """A request that the token in flight takes to its length limit leaves `running` by `Scheduler.retire`."""
+    prompts = random_prompts([6, 13, 21], VOCAB, seed=12)
+    params = [greedy(n, ignore_eos=True) for n in (9, 17, 5)]
+    expected = results(make_llm(tiny_model_dir, device, False), prompts, params)
+    llm = make_llm(tiny_model_dir, device, True)
+    retired = []
+    real_retire = llm.scheduler.retire
+
+    def retire(seq):
+        assert seq in llm.scheduler.running and not seq.is_finished
+        retired.append(seq.seq_id)
+        real_retire(seq)
+        assert seq not in llm.scheduler.running
+    llm.scheduler.retire = retire
+    assert results(llm, prompts, params) == expected
+    assert retired, "the overlapped path should retire requests at their length limit"
+    assert_clean_end(llm)

@@ -414,3 +414,28 @@ def test_prefix_caching_off_never_hits():
     bm.allocate(again)
     assert again.num_cached_tokens == 0
     assert bm.hash_to_block == {}
+
+
+def test_remembered_prefix_lookup_follows_the_cache():
+    """One admission looks its prefix up once; asking again after the cache changed sees the change.
+
+    The same b (same object, same length) is asked before a's blocks are
+    computed (no hit), after (two hits), and after a's freed blocks were handed
+    out again to a growing d, which drops their hashes (no hit). No other
+    sequence is looked up in between, so only forgetting the lookup when the
+    cache changes can get these right.
+    """
+    bm = BlockManager(8, 4)
+    a, b, d = make_seq(list(range(1, 10)), 4), make_seq(list(range(1, 10)), 4), make_seq([50, 51, 52, 53], 4)
+    bm.allocate(a)                                       # blocks 0, 1, 2
+    bm.allocate(d)                                       # block 3
+    assert bm.num_cached_tokens(b) == 0
+    bm.mark_computed(a, 9)                               # publishes blocks 0 and 1
+    assert bm.num_cached_tokens(b) == 8 and bm.can_allocate(b)
+    bm.deallocate(a)                                     # free list: 4 5 6 7 2 1 0; hashes kept
+    assert bm.num_cached_tokens(b) == 8
+    for token in range(60, 88):                          # d grows to 32 tokens: takes all 7 free blocks
+        d.append_token(token)
+        bm.may_append(d)
+    assert bm.num_free_blocks == 0
+    assert bm.num_cached_tokens(b) == 0 and not bm.can_allocate(b)

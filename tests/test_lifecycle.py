@@ -6,6 +6,7 @@ import json
 import pytest
 
 from reference import LLM, SamplingParams
+from reference.engine.lifecycle import LifecycleLog
 from reference.metrics import check_lifecycle, read_log, request_metrics, step_metrics
 from tests.helpers import events_of, random_prompts
 
@@ -95,3 +96,51 @@ def test_abort_waiting_and_running(tiny_model_dir, device):
     assert reasons == {running: "abort", waiting: "abort"}
     with pytest.raises(ValueError, match="seq_id"):
         llm.abort_request(running)
+
+
+def test_the_log_stamps_the_step_the_engine_is_in():
+    """The log keeps the step count: emitters pass none, only `end_step` and `skip_to` move it, never back."""
+    log = LifecycleLog()
+    log.emit("ARRIVED", 0, now=1.5, prompt_len=3)
+    log.emit("QUEUED", 0, reason="new")
+    log.end_step()
+    log.emit("STEP", None, batch_size=1)
+    log.skip_to(5)
+    log.emit("ARRIVED", 1, prompt_len=2)
+    assert [(e["event"], e["step"]) for e in log.events] == [("ARRIVED", 0), ("QUEUED", 0), ("STEP", 1),
+                                                             ("ARRIVED", 5)]
+    assert log.events[0]["time"] == 1.5 and log.events[0]["prompt_len"] == 3
+    with pytest.raises(ValueError, match="never go back"):
+        log.skip_to(4)
+    with pytest.raises(TypeError):
+        log.emit("QUEUED", 0, 3, reason="new")           # the old signature: a step where the time goes
+    with pytest.raises(TypeError, match="stamps"):
+        log.emit("QUEUED", 0, step=3, reason="new")
+    assert len(log.events) == 4
+
+
+def test_scheduler_events_carry_the_engine_step_without_a_scheduler_field(busy_run):
+    """Nobody writes a step into the scheduler; its events still land in the step they belong to."""
+    llm, _, _ = busy_run
+    assert not hasattr(llm.scheduler, "step")
+    events = llm.log.events
+    assert events_of(events, "PREEMPTED"), "the busy run should preempt"
+    for i, e in enumerate(events):
+        if e["event"] in ("SCHEDULED", "PREEMPTED") or (e["event"] == "QUEUED" and e["reason"] == "preempted"):
+            step_event = next(x for x in events[i:] if x["event"] == "STEP")   # logged right after scheduling
+            assert step_event["step"] == e["step"], e
+        elif e["event"] == "QUEUED":
+            assert events[i - 1]["event"] == "ARRIVED" and events[i - 1]["step"] == e["step"], e
+
+
+def test_step_index_jumps_ahead_only(tiny_model_dir, device):
+    """A replay may fast-forward an idle engine (Tutorial 02); its next events carry the new step."""
+    llm = LLM(tiny_model_dir, device=device, dtype="float32")
+    llm.step_index = 7
+    seq_id = llm.add_request([1, 2, 3], SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True))
+    llm.step()
+    assert [(e["event"], e["step"]) for e in llm.log.events if e["seq_id"] == seq_id][:4] == [
+        ("ARRIVED", 7), ("QUEUED", 7), ("SCHEDULED", 7), ("FIRST_TOKEN", 7)]
+    assert llm.step_index == 8
+    with pytest.raises(ValueError, match="never go back"):
+        llm.step_index = 3

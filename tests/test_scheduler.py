@@ -76,7 +76,7 @@ def run_step(sched: Scheduler, kv: dict | None = None) -> tuple[list[Sequence], 
             seq.append_token(fake_token(seq))
             if seq.num_output_tokens >= seq.sampling_params.max_tokens:
                 sched.finish(seq)
-    sched.step += 1
+    sched.log.end_step()
     return seqs, is_prefill
 
 
@@ -510,3 +510,32 @@ def test_random_workload_returns_every_block(model_dir, chunked, prefix_caching,
     # The workload exercised what it is meant to.
     assert any(s.num_preemptions > 0 for s in all_seqs)
     assert (hits > 0) == prefix_caching
+
+
+def test_retire_stops_scheduling_a_sequence_until_it_finishes(model_dir):
+    """Async scheduling's length limit: the sequence leaves `running` but keeps its blocks until `finish`."""
+    sched = make_scheduler(model_dir, num_blocks=8)
+    a, b = add(sched, [1, 2, 3]), add(sched, [4, 5, 6])
+    run_step(sched)                                   # prefill both: 4 tokens each, one block each
+    sched.retire(a)
+    assert list(sched.running) == [b] and not sched.waiting
+    assert a.status == SequenceStatus.RUNNING and len(a.block_table) == 1
+    seqs, is_prefill = run_step(sched)
+    assert seqs == [b] and not is_prefill             # a is not scheduled again
+    assert sched.finish(a) == 1 and a.status == SequenceStatus.FINISHED
+
+
+def test_an_admission_looks_its_prefix_up_once(model_dir, monkeypatch):
+    """Budget, room and allocation all need the prompt's prefix hits: its blocks are hashed once, not three times."""
+    import reference.engine.block_manager as bm_module
+    sched = make_scheduler(model_dir, num_blocks=16)
+    add(sched, list(range(1, 14)), max_tokens=1)      # 13 tokens: its 3 full blocks get published, then freed
+    run_step(sched)
+    assert sched.is_finished()
+    hashed = []
+    real_hash = bm_module.chain_hash
+    monkeypatch.setattr(bm_module, "chain_hash", lambda tokens, prev: hashed.append(tokens) or real_hash(tokens, prev))
+    again = add(sched, list(range(1, 14)) + [90, 91, 92])   # 16 tokens: blocks 0-2 may hit, block 3 holds the last
+    seqs, is_prefill = sched.schedule()
+    assert seqs == [again] and is_prefill and again.num_cached_tokens == 12
+    assert hashed == [list(range(1, 5)), list(range(5, 9)), list(range(9, 13))]

@@ -231,7 +231,7 @@ class SchedulerDriver:
                 if seq.num_output_tokens >= seq.sampling_params.max_tokens:
                     self.scheduler.finish(seq)
                     self.finished.append(self.names[seq.seq_id])
-        self.scheduler.step += 1
+        self.log.end_step()
         return {"batch": batch.strip(), "waiting": self._queue("waiting"), "running": self._queue("running"),
                 "waiting status": [s.status.name for s in self.scheduler.waiting], "free": self.bm.num_free_blocks}
 

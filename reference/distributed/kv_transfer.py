@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from reference.engine.sequence import Sequence, SequenceStatus
+from reference.engine.sequence import Sequence
 from reference.sampling_params import SamplingParams
 
 
@@ -99,7 +99,7 @@ def offer(engine, seq: Sequence, request_id: int, pipe, peer: int, staging: torc
     start = time.perf_counter()
     nbytes = send_blocks(engine.model_runner.kv_cache, seq.block_table[first:last], peer, staging)
     seconds = time.perf_counter() - start
-    engine.log.emit("KV_SENT", seq.seq_id, engine.step_index, blocks=last - first, bytes=nbytes, seconds=seconds)
+    engine.log.emit("KV_SENT", seq.seq_id, blocks=last - first, bytes=nbytes, seconds=seconds)
     engine.scheduler.finish(seq)     # P's blocks go back to its pool (their prefix stays cached)
     del engine.sequences[seq.seq_id]
     return True
@@ -127,9 +127,8 @@ def accept(engine, handoff: Handoff, pipe, peer: int, staging: torch.device) -> 
     nbytes = receive_blocks(engine.model_runner.kv_cache, seq.block_table[first:last], peer, staging)
     seconds = time.perf_counter() - start
     engine.block_manager.mark_computed(seq, max(0, computed - seq.num_cached_tokens))
-    seq.status = SequenceStatus.RUNNING              # straight into the running queue: decode next
-    engine.scheduler.running.append(seq)
+    engine.scheduler.add_running(seq)                # decode next: its prompt was prefilled on P
     engine.sequences[seq.seq_id] = seq
-    engine.log.emit("KV_RECEIVED", seq.seq_id, engine.step_index, blocks=last - first, bytes=nbytes,
+    engine.log.emit("KV_RECEIVED", seq.seq_id, blocks=last - first, bytes=nbytes,
                     seconds=seconds, cached_blocks=first)
     return seq

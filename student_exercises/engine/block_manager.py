@@ -57,6 +57,7 @@ class BlockManager:
         # Free blocks in eviction order: the least recently freed is handed out first,
         # so recently freed prefixes stay hittable longest.
         self.free_block_ids: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self._lookup: tuple[Sequence, int, list[int]] | None = None   # see _prefix_hits
 
     @property
     def num_free_blocks(self) -> int:
@@ -68,7 +69,30 @@ class BlockManager:
 
     # -- prefix lookup -----------------------------------------------------
     def _prefix_hits(self, seq: Sequence) -> list[int]:
-        """Physical ids of the leading blocks of `seq` already in the cache.
+        """Physical ids of the leading blocks of `seq` already in the cache, looked up once per admission.
+
+        Admitting a request asks three questions about its prefix hits: what
+        they save (`num_cached_tokens`, for the token budget), whether the pool
+        can cover the rest (`can_allocate`), then `allocate`. We keep those
+        three questions, each answerable and testable on its own (lab 2), and
+        remember the last lookup instead of hashing the prompt three times: it
+        stays valid until the cache changes, and every method that changes it
+        (`allocate`, `_take_free_block`, `deallocate`, `mark_computed`) forgets
+        it. The price: one remembered lookup (the sequence, its length, its
+        hits) whose validity rests on that rule; a head of the queue that waits
+        for memory is still looked up again each step, since a step changes
+        the cache.
+        """
+        if self._lookup is None or self._lookup[0] is not seq or self._lookup[1] != len(seq):
+            self._lookup = (seq, len(seq), self._find_prefix_hits(seq))
+        return list(self._lookup[2])   # a copy: a caller may build a block table from it
+
+    def _forget_lookup(self) -> None:
+        """The cache is about to change: the remembered prefix lookup may be wrong from now on."""
+        self._lookup = None
+
+    def _find_prefix_hits(self, seq: Sequence) -> list[int]:
+        """Walk the hash chain of `seq`'s full blocks; the ids of the leading ones already in the cache.
 
         Only blocks wholly inside the first len-1 tokens count: the last token
         must always be computed, or the step would have no query to sample from.
@@ -100,8 +124,10 @@ class BlockManager:
         # HINT: fresh blocks come from self._take_free_block(); num_cached_tokens counts the tokens the hits cover.
         raise NotImplementedError("lab2.allocate")
         # <<< EXERCISE lab2.allocate
+        self._forget_lookup()
 
     def _take_free_block(self) -> int:
+        self._forget_lookup()
         # >>> EXERCISE lab2.take_free_block: Take the least recently freed block and make it fresh for a new holder.
         # HINT: free_block_ids is ordered oldest-freed first; a block leaves it when handed out.
         # HINT: if hash_to_block still points at this block, drop that entry: its K/V are about to be overwritten.
@@ -111,6 +137,7 @@ class BlockManager:
 
     def deallocate(self, seq: Sequence) -> int:
         """Drop `seq`'s hold on its blocks (last block first); return how many became free."""
+        self._forget_lookup()
         # >>> EXERCISE lab2.deallocate: Release seq's hold on each of its blocks, last block first.
         # HINT: a block returns to the free list only when its last holder lets go (ref_count reaches 0).
         # HINT: freeing the tail first makes the prefix blocks the last to be reused, so they stay hittable longest.
@@ -139,6 +166,7 @@ class BlockManager:
         Blocks that this fills become hashable: only now may other sequences
         reuse them, because only now do they hold real K/V.
         """
+        self._forget_lookup()
         # >>> EXERCISE lab2.mark_computed: Count the newly computed tokens and publish the blocks they filled.
         # HINT: only blocks that became full in this call get a hash; a block shared from the cache has one.
         # HINT: chain each hash to the hash of the block before it; remember the tokens and map hash -> block.

@@ -57,11 +57,25 @@ class LLMEngine:
         self.scheduler = Scheduler(self.config, self.block_manager, self.log)
         self.sequences: dict[int, Sequence] = {}   # every sequence not yet finished
         self.finished: dict[int, Sequence] = {}    # finished, until the caller collects them
-        self.step_index = 0
         self._in_flight: InFlightStep | None = None   # async scheduling: a decode step not yet read back
         self.in_step = False   # True while step() runs: a garbage-collected stream must not abort mid-step
         self._seq_ids = itertools.count()
         self._rng = torch.Generator().manual_seed(self.config.seed)
+
+    @property
+    def step_index(self) -> int:
+        """The step now running, or between steps the next one to run.
+
+        The lifecycle log keeps this count, since it stamps every event with
+        it (see reference/engine/lifecycle.py); `step()` ends each step with
+        `self.log.end_step()`. Setting it jumps ahead (an idle engine in a
+        replay whose arrivals are given in steps); it never goes back.
+        """
+        return self.log.step
+
+    @step_index.setter
+    def step_index(self, step: int) -> None:
+        self.log.skip_to(step)
 
     # -- stage 1-3: admission ------------------------------------------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
@@ -129,7 +143,7 @@ class LLMEngine:
         self.sequences[seq.seq_id] = seq
         # >>> EXERCISE lab1.emit_arrival: Log ARRIVED, then queue the request with the scheduler (which logs QUEUED).
         # HINT: ARRIVED carries prompt_len and uses `now`, the arrival time the Sequence recorded.
-        # HINT: the scheduler stamps its events with scheduler.step: set it to this engine step first.
+        # HINT: the log stamps each event with the current engine step itself.
         raise NotImplementedError("lab1.emit_arrival")
         # <<< EXERCISE lab1.emit_arrival
         return seq.seq_id
@@ -175,7 +189,6 @@ class LLMEngine:
                 earlier, done = self._step_overlapped()
                 if done:
                     return earlier
-            self.scheduler.step = self.step_index
             seqs, is_prefill = self.scheduler.schedule()
             if not seqs:
                 raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting and "
@@ -184,7 +197,7 @@ class LLMEngine:
             self._batch = seqs
             token_ids = self.model_runner.run(seqs, is_prefill)
             outputs = self.postprocess(seqs, token_ids)
-            self.step_index += 1
+            self.log.end_step()
             self.log.flush()
             return earlier + outputs
         except Exception as err:
@@ -200,7 +213,7 @@ class LLMEngine:
             raise err
         self._in_flight = None
         outputs = self._fail(victims, err)
-        self.step_index += 1
+        self.log.end_step()
         self.log.flush()
         return outputs
 
@@ -260,7 +273,6 @@ class LLMEngine:
             if not self.scheduler.running:   # all of them end with the tokens in flight
                 self._in_flight = None
                 return self._resolve(previous), True
-        self.scheduler.step = self.step_index
         seqs, is_prefill = self.scheduler.schedule()
         if is_prefill or not seqs:
             raise RuntimeError("async scheduling expected a decode step (an engine bug, not a user error)")
@@ -269,7 +281,7 @@ class LLMEngine:
         self._in_flight = self.model_runner.launch_decode(seqs, previous)
         if previous is not None:
             outputs += self._resolve(previous)
-        self.step_index += 1
+        self.log.end_step()
         self.log.flush()
         return outputs, True
 
@@ -296,7 +308,7 @@ class LLMEngine:
         Its K/V count as computed (the GPU writes them before any later step
         reads them: one stream), and each sampled token is a PENDING_TOKEN
         placeholder until `_resolve`. A sequence that this token takes to its
-        length limit leaves the running queue now, so it is not scheduled again.
+        length limit is retired now (`Scheduler.retire`), so it is not scheduled again.
         """
         for seq in in_flight.seqs:
             if seq.is_finished:
@@ -304,7 +316,7 @@ class LLMEngine:
             self.block_manager.mark_computed(seq, seq.num_scheduled_tokens)
             seq.append_token(PENDING_TOKEN)
             if self._reaches_length_limit(seq):
-                self.scheduler.running.remove(seq)
+                self.scheduler.retire(seq)
 
     def _resolve(self, in_flight: InFlightStep) -> list[StepOutput]:
         """Put the real tokens of a step in flight in place of its placeholders, log them, stop."""

@@ -38,7 +38,6 @@ class Scheduler:
         self.log = log
         self.waiting: deque[Sequence] = deque()
         self.running: deque[Sequence] = deque()
-        self.step = 0  # the engine step being scheduled; stamped on events
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -46,6 +45,16 @@ class Scheduler:
         # HINT: QUEUED's reason tells a new request from a preempted one coming back.
         raise NotImplementedError("lab1.emit_queued")
         # <<< EXERCISE lab1.emit_queued
+
+    def add_running(self, seq: Sequence) -> None:
+        """Queue a sequence whose prompt K/V another engine computed straight into `running`.
+
+        Prefill/decode disaggregation: the decode engine has allocated its
+        blocks and received its K/V, so it skips the waiting queue (and the
+        QUEUED and SCHEDULED-prefill events: the prefill engine logged those).
+        """
+        seq.status = SequenceStatus.RUNNING
+        self.running.append(seq)
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
@@ -126,12 +135,23 @@ class Scheduler:
         raise NotImplementedError("lab1.emit_preemption")
         # <<< EXERCISE lab1.emit_preemption
 
+    def retire(self, seq: Sequence) -> None:
+        """Stop scheduling a running sequence that will finish once its token in flight is read back.
+
+        Async scheduling books a step as done before its tokens are known; a
+        sequence that this step takes to its length limit must not be scheduled
+        for another token, yet cannot be finished until that token is read back
+        and logged. It leaves `running` here and keeps its blocks and status
+        until `finish`. A method rather than the engine editing `running`
+        itself, so that the scheduler's queues change only through the
+        scheduler.
+        """
+        self.running.remove(seq)
+
     def finish(self, seq: Sequence) -> int:
         """Take a finished (or aborted) sequence out of its queue; return blocks freed.
 
-        Under async scheduling a sequence about to reach its length limit has
-        already left `running` (the engine took it out so that it is not
-        scheduled again), so it may be in neither queue.
+        A sequence that `retire` took out of `running` is in neither queue.
         """
         for queue in (self.running, self.waiting):
             if seq in queue:

@@ -94,7 +94,7 @@ def scripted_scheduler(scheduler_module: Any, script: dict[int, list[tuple]]) ->
         def schedule(self) -> tuple[list[Any], bool]:
             scheduled: list[Any] = []
             is_prefill = True
-            for action in script[self.step]:
+            for action in script[self.log.step]:
                 kind, seq_id = action[0], action[1]
                 if kind == "preempt":
                     seq = self._find(seq_id, self.running)

@@ -67,7 +67,7 @@ class Sim:
                 seq.append_token(500 + len(seq) % 50)
                 if seq.num_output_tokens >= seq.sampling_params.max_tokens:
                     self.sched.finish(seq)
-        self.sched.step += 1
+        self.sched.log.end_step()
         return seqs
 
     def run(self, max_steps: int = 30) -> list[str]:

@@ -274,7 +274,7 @@ plt.show()
 # - **trace**：时间花在哪里？（一步里 schedule、forward 各用多久）—— 带起止时间的 span，便于在时间轴上看。
 #
 # 三者都从同一个源头来：引擎的 lifecycle log（每个状态变化都 `emit` 一条事件）加上上面的方法包装。
-# 下面把 `llm.log.emit` 包一层，事件一来就同时写日志、更新 metrics。
+# 下面用 `llm.log.subscribe` 订阅每一条事件，事件一来就同时写日志、更新 metrics。
 
 # %%
 class Metrics:
@@ -303,11 +303,9 @@ metrics = Metrics()
 
 def observe(llm):
     arrival, first_token = {}, {}
-    emit = llm.log.emit
 
-    def emit_and_observe(event, seq_id, step, now=None, **fields):
-        emit(event, seq_id, step, now, **fields)
-        e = llm.log.events[-1]
+    def on_event(e):
+        event, seq_id, step = e["event"], e["seq_id"], e["step"]
         if event == "ARRIVED":
             arrival[seq_id] = e["time"]
         elif event == "STEP":
@@ -324,7 +322,7 @@ def observe(llm):
             metrics.observe("tpot_ms", (e["time"] - first_token[seq_id]) / (e["num_output_tokens"] - 1) * 1e3)
             logger.info("stage=finished request_id=%d reason=%s", seq_id, e["reason"])
 
-    llm.log.emit = emit_and_observe   # the scheduler shares this log object, so it is observed too
+    llm.log.subscribe(on_event)   # the scheduler shares this log object, so its events come too
 
 
 llm = LLM(MODEL, device="auto", max_num_seqs=4)
