@@ -30,10 +30,12 @@ from courseware.exercises import (
     write_package,
 )
 from courseware.labs import PUBLIC_PARTS, lab_folder
+from courseware.selfcheck import PRISTINE
 from courseware.later_labs import engine_section, used_support, with_standins
 
 # What a release needs from `courseware`: the tests build the tiny model, `inferlab check` scores.
-TOOL_MODULES = ("__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py")
+TOOL_MODULES = ("__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py", "public_grade.py",
+                "student_code.py", "additions.py", "regions.py", "exercises.py")
 TUTORIAL_SUFFIXES = (".ipynb", ".py", ".md")
 
 
@@ -50,6 +52,15 @@ def lab_test_files(tests_dir: Path, lab: str) -> list[Path]:
         raise FileNotFoundError(f"no public tests for {lab} in {tests_dir}")
     conftest = tests_dir / "conftest.py"
     return [conftest, *used_support(tests_dir, [conftest, *own])] + own
+
+
+def release_package(tree: ReferenceTree, lab: str) -> dict[str, str]:
+    """The modules of `student_exercises/` as lab `lab`'s release ships them (earlier labs filled, stand-ins on).
+
+    What a student starts from: the grader and the self-check compare a
+    student's files with it to find what was added or edited outside the regions.
+    """
+    return with_standins(generate(tree, filled_labs(earlier_labs(lab))), lab)
 
 
 def copy_tests(root: Path, lab: str, dest_package: Path) -> list[str]:
@@ -199,8 +210,10 @@ def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
         raise ValueError(f"{out} exists and is not empty; choose a new folder")
     tree = load_reference(root)
     out.mkdir(parents=True, exist_ok=True)
-    write_package(with_standins(generate(tree, filled_labs(earlier)), lab), out / PACKAGE)   # the engine runs
+    write_package(release_package(tree, lab), out / PACKAGE)   # the engine runs, with stand-ins for later labs
     copy_tests(root, lab, out / PACKAGE)
+    # What the student starts from, kept aside: the self-check reads their tree against it, as the grader does.
+    shutil.copytree(out / PACKAGE, out / PRISTINE / PACKAGE)
     tools = out / "courseware"
     tools.mkdir()
     for name in TOOL_MODULES:

@@ -1,11 +1,16 @@
-"""`inferlab check labN`: run a lab's public tests and print an xv6-style score table.
+"""`inferlab check labN`: run a lab's public tests the way the grader runs the student's code.
 
 It runs in the course repository and in a student release (where it is the
-whole `inferlab` command). The tests run in a child pytest process with
-`courseware.score_plugin`, and the score is computed from the outcome file that
-plugin writes, never from the exit code or the console text. A skipped test
-(a GPU test on a machine without CUDA) earns nothing and is listed as not
-graded here, so a skip can never look like a pass.
+whole `inferlab` command). It reads the student's tree exactly as the grader
+does (`courseware.student_code`: the lab's region bodies by id, definitions
+added outside the regions carried, any other edit outside them listed and not
+run), splices that into a pristine copy of the release, and runs the lab's
+public suite there, in a child pytest process with `courseware.score_plugin`.
+Scores come from the outcome file that plugin writes, never from the exit code
+or the console text, and are reported twice: per test, and per rubric item on
+the rubric's points (`courseware.public_grade`). A skipped test (a GPU test on
+a machine without CUDA) earns nothing and is listed as not graded here, so a
+skip can never look like a pass.
 """
 from __future__ import annotations
 
@@ -25,9 +30,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from courseware.labs import exercise_labs
+from courseware.additions import apply
+from courseware.exercises import PACKAGE, splice, write_package
+from courseware.labs import exercise_labs, lab as registry_lab
+from courseware.public_grade import ItemPart, public_parts
+from courseware.student_code import Extraction, read_student_code
 
 TESTS = Path("student_exercises") / "tests"
+PRISTINE = Path(".inferlab") / "pristine"      # in a release: its student_exercises/ exactly as shipped
 MESSAGE_LINES = 8
 
 
@@ -145,6 +155,61 @@ def _failure_notes(run: SuiteRun) -> list[str]:
     return notes
 
 
+def given_package(project: Path, lab: str) -> dict[str, str]:
+    """What the student started from: the release's pristine copy, or (course repository) the release generated."""
+    pristine = project / PRISTINE / PACKAGE
+    if pristine.is_dir():
+        return {p.relative_to(pristine).as_posix(): p.read_text(encoding="utf-8")
+                for p in sorted(pristine.rglob("*.py")) if "__pycache__" not in p.parts}
+    if (project / "reference").is_dir():
+        from courseware.exercises import load_reference, public_suite
+        from courseware.release import release_package
+        return release_package(load_reference(project), lab) | public_suite(project)
+    raise FileNotFoundError(f"no pristine copy of the release ({PRISTINE}/) under {project}: "
+                            "it ships with the release; download the release again")
+
+
+def spliced_copy(project: Path, lab: str, dest: Path) -> Extraction:
+    """A pristine copy of the release under `dest` holding the student's code, read as the grader reads it."""
+    given = given_package(project, lab)
+    code = read_student_code(project / PACKAGE, given, lab)
+    package = dest / PACKAGE
+    write_package(given, package)
+    if code.bodies:
+        splice(package, code.bodies)
+    for relpath, added in code.additions.items():
+        path = package / relpath
+        path.write_text(apply(path.read_text(encoding="utf-8"), added), encoding="utf-8")
+    return code
+
+
+def region_notes(code: Extraction) -> list[str]:
+    """What the student should know about how their tree was read, in the grader's words."""
+    notes = [f"{r.region_id}: {r.status}" + (f" ({r.message})" if r.message else "")
+             for r in code.regions if r.status in ("missing", "broken")]
+    notes += [edit.describe() + (f"\n      {edit.diff.replace(chr(10), chr(10) + '      ')}" if edit.diff else "")
+              for edit in code.outside_edits]
+    return notes
+
+
+def rubric_table(parts: list[ItemPart], lab: str) -> Table:
+    table = Table(title=f"{lab}: the public part of the grade, on the rubric's points", caption_justify="left")
+    table.add_column("rubric item", overflow="fold")
+    table.add_column("public tests passed", justify="right", no_wrap=True)
+    table.add_column("points", justify="right", no_wrap=True)
+    for part in parts:
+        ran = f"{part.passed}/{part.total}" + (f" ({part.skipped} skipped)" if part.skipped else "")
+        points = f"{part.earned}/{part.points}" if part.total else f"-/{part.points} (not graded here)"
+        table.add_row(f"{part.item_id}: {escape(part.title)}", ran, points)
+    earned = sum(p.earned for p in parts)
+    possible = sum(p.points for p in parts if p.total)
+    table.add_section()
+    table.add_row("[bold]public part[/bold]", "", f"[bold]{earned}/{possible}[/bold]")
+    table.caption = ("The grader scores the same items from hidden tests of the same behaviour (other inputs); "
+                     "items not listed here (throughput, reports) are scored only by the grader.")
+    return table
+
+
 def check(lab: str, impl: str = "student", console: Console | None = None, project: Path | None = None) -> int:
     """Run and score one lab; exit status 0 only when every graded test passed."""
     project = project or find_project()
@@ -153,13 +218,26 @@ def check(lab: str, impl: str = "student", console: Console | None = None, proje
         raise ValueError(f"unknown lab {lab!r}; this tree has public tests for: {', '.join(labs) or 'none'}")
     console = console or Console()
     package = "reference" if impl == "reference" else "student_exercises"
-    run = run_suite(project, lab, impl)
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="inferlab-selfcheck-") as tmp:
+        if impl == "reference":
+            run = run_suite(project, lab, impl)
+        else:
+            notes = region_notes(spliced_copy(project, lab, Path(tmp)))
+            run = run_suite(Path(tmp), lab, impl)
+    if notes:
+        console.print(f"[bold]How your tree was read[/bold] (as the grader reads it):")
+        for note in notes:
+            console.print("  " + escape(note), soft_wrap=True)
     errors = run.results.get("collection_errors") or []
     if not run.results or errors or not run.tests:
         console.print(f"[bold red]the {lab} tests could not be collected[/bold red] (pytest exit {run.returncode}):")
         console.print(escape("\n".join(errors) or run.output[-3000:]))
         return 1
     console.print(score_table(run, lab, package))
+    rubric = registry_lab(lab, project).rubric
+    if rubric.is_file():
+        console.print(rubric_table(public_parts(rubric, run.tests), lab))
     notes = _failure_notes(run)
     if notes:
         console.print(f"\n[bold]What went wrong[/bold] (details: pytest {TESTS.as_posix()} -m {lab}):")

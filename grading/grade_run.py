@@ -27,6 +27,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from courseware.labs import exercise_labs
+from courseware.release import make_release
 from grading import RESULT_FORMAT
 from grading.execute import Fence, Runner, clear
 from grading.golden import cuda_available, golden_sha256, load_golden, model_dir
@@ -34,7 +36,7 @@ from grading.harness import build_harness, digest
 from grading.items import ItemContext, grade_item
 from grading.results import ItemResult, device_description, package_versions, read_result, write_json_atomic
 from grading.rubric import Rubric, load_rubric
-from grading.submission import Submission, extract, file_hashes, find_submissions, ignored_files
+from grading.submission import Submission, extract, file_hashes, find_submissions, ignored_files, missing_students
 from courseware.exercises import ReferenceTree, load_reference
 
 WORK = ".work"
@@ -57,6 +59,9 @@ class RunOptions:
     deadline_cap_s: float | None = None      # tests and dry runs: no item may run longer than this
 
 
+MISSING = "missing.json"        # in the results folder: students with no submission for the lab
+
+
 @dataclass
 class Shared:
     """What every submission of one run is graded against (read-only once built)."""
@@ -71,6 +76,19 @@ class Shared:
     environment: dict[str, Any]
     rubric_sha256: str
     golden_sha256: str
+    shipped: dict[str, str] | None = None     # the lab's release, path -> sha256: what the student was given
+
+
+def release_hashes(lab: str, workdir: Path) -> dict[str, str] | None:
+    """The files of the lab's student release and their hashes (None for a lab without a release)."""
+    if lab not in exercise_labs():
+        return None
+    folder = workdir / "release"
+    clear(folder)
+    make_release(lab, folder)
+    hashes, _ = file_hashes(folder)
+    clear(folder)
+    return hashes
 
 
 @dataclass
@@ -92,12 +110,13 @@ def _now() -> str:
 
 def _regions_and_flags(sub: Submission, shared: Shared):
     hashes, notes = file_hashes(sub.path)
-    flags = ignored_files(hashes)
+    flags = ignored_files(hashes, shared.shipped)
     if not sub.package.is_dir():
         notes.append("no student_exercises/ folder in the submission: every region counts as missing")
     extraction = extract(sub.package, shared.tree, shared.options.lab)
     flags += [f"ignored or suspicious: {s}" for s in extraction.suspicious]
     notes += extraction.notes
+    notes += [edit.describe() for edit in extraction.outside_edits]
     return hashes, notes, flags, extraction
 
 
@@ -113,7 +132,7 @@ def grade_submission(sub: Submission, shared: Shared, runner: Runner) -> dict[st
     def fresh_harness():
         target = work / f"harness-{time.monotonic_ns()}"
         with _PARSE_LOCK:
-            build_harness(target, lab, shared.tree, extraction.bodies)
+            build_harness(target, lab, shared.tree, extraction.bodies, extraction.additions)
         return target, digest(target)
 
     harness, harness_digest = fresh_harness()
@@ -201,7 +220,8 @@ def prepare(options: RunOptions) -> Shared:
         build_harness(reference, options.lab, tree)
     environment = {"device": device_description(cuda), "versions": package_versions(), "spawn": options.spawn}
     return Shared(options, rubric, golden, tree, fence, cuda, reference, environment,
-                  hashlib.sha256(rubric.path.read_bytes()).hexdigest(), golden_sha256(options.lab))
+                  hashlib.sha256(rubric.path.read_bytes()).hexdigest(), golden_sha256(options.lab),
+                  release_hashes(options.lab, out / WORK))
 
 
 def grade_run(options: RunOptions, console: Console | None = None, show_progress: bool = True) -> RunSummary:
@@ -211,6 +231,9 @@ def grade_run(options: RunOptions, console: Console | None = None, show_progress
     options = RunOptions(**{**options.__dict__, "out": options.out.resolve(),
                             "submissions": options.submissions.resolve()})
     submissions, notes = find_submissions(options.submissions, options.lab, options.student)
+    if options.student is None:
+        write_json_atomic(options.out / MISSING, {"lab": options.lab,
+                                                  "students": missing_students(options.submissions, options.lab)})
     shared = prepare(options)
     summary = RunSummary(notes=notes)
     todo: "queue.Queue[Submission]" = queue.Queue()

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from grading.paths import PAYLOAD, hidden_dir
+from courseware.additions import Addition, apply
 from courseware.exercises import PACKAGE, ReferenceTree, generate, write_package
 from courseware.regions import stub_body
 
@@ -51,14 +52,31 @@ def payload_files() -> list[Path]:
     return sorted(p for p in PAYLOAD.glob("*.py") if p.name != "__init__.py")
 
 
-def build_harness(dest: Path, lab: str, tree: ReferenceTree, bodies: Mapping[str, str] | None = None) -> Path:
+def build_harness(dest: Path, lab: str, tree: ReferenceTree, bodies: Mapping[str, str] | None = None,
+                  additions: Mapping[str, list[Addition]] | None = None) -> Path:
     """Write a harness for `lab` into `dest` (created; must not exist).
 
     `bodies` maps region id -> body to splice; a lab region missing from it
     gets the stub (a region the student did not write fails, visibly). With
     `bodies=None` every region keeps its reference body: the golden harness.
+    `additions` (module path -> definitions the student added outside the
+    regions) are inserted into those modules, as the student placed them.
     """
     dest.mkdir(parents=True)
+    write_package(harness_package(lab, tree, bodies, additions), dest / PACKAGE)
+    for path in payload_files():
+        shutil.copyfile(path, dest / path.name)
+    tests = dest / "hidden" / lab
+    tests.mkdir(parents=True)
+    for path in hidden_tests(lab):
+        shutil.copyfile(path, tests / path.name)
+    (dest / "pytest.ini").write_text(PYTEST_INI, encoding="utf-8")
+    return dest
+
+
+def harness_package(lab: str, tree: ReferenceTree, bodies: Mapping[str, str] | None = None,
+                    additions: Mapping[str, list[Addition]] | None = None) -> dict[str, str]:
+    """The modules of the harness's `student_exercises/`: the engine with the student's code for `lab` in it."""
     if bodies is None:
         choose = None
     else:
@@ -71,15 +89,10 @@ def build_harness(dest: Path, lab: str, tree: ReferenceTree, bodies: Mapping[str
             if region.lab != lab:
                 return None
             return given.get(region.region_id, stub_body(region))
-    write_package(generate(tree, choose or (lambda region: None)), dest / PACKAGE)
-    for path in payload_files():
-        shutil.copyfile(path, dest / path.name)
-    tests = dest / "hidden" / lab
-    tests.mkdir(parents=True)
-    for path in hidden_tests(lab):
-        shutil.copyfile(path, tests / path.name)
-    (dest / "pytest.ini").write_text(PYTEST_INI, encoding="utf-8")
-    return dest
+    files = generate(tree, choose or (lambda region: None))
+    for relpath, added in (additions or {}).items():
+        files[relpath] = apply(files[relpath], added)
+    return files
 
 
 def digest(root: Path) -> str:

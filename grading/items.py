@@ -1,11 +1,13 @@
 """One rubric item of one submission, start to verdict.
 
 Order of precedence, so the same work always gets the same status:
-1. parent not passed   -> failed ("not run"), like xv6's parent tests;
-2. GPU item, no CUDA   -> blocked (its points are neither earned nor lost here);
-3. throughput item whose lab's correctness items did not all pass -> failed ("not scored");
-4. otherwise run it: observed kinds in a graded process judged against the
-   golden outputs, throughput against the reference, reports by reading files.
+1. GPU item, no CUDA   -> blocked (its points are neither earned nor lost here);
+2. throughput item whose required items did not pass -> failed ("not scored");
+3. otherwise run it: observed kinds in a graded process judged against the
+   golden outputs (points in proportion to the hidden tests passed), throughput
+   against the reference, reports by reading files.
+
+No item gates another (grading/rubric.py says why).
 
 Anything the graded process did that deserves a TA's attention becomes a flag
 on the item: sandbox refusals, a deadline kill, exiting before reporting,
@@ -104,23 +106,34 @@ def run_observed(item: Item, ctx: ItemContext) -> ItemResult:
         details += [f"    {line}" for line in failure.explanation]
     if len(verdict.failures) > 3:
         details.append(f"... and {len(verdict.failures) - 3} more failing test(s)")
-    return ItemResult(item.id, item.title, item.kind, item.points, item.points if verdict.passed else 0, status,
+    earned = item.points if verdict.passed else partial_points(item.points, verdict.tests_passed,
+                                                                verdict.tests_expected, status)
+    return ItemResult(item.id, item.title, item.kind, item.points, earned, status,
                       message, details=details, flags=flags,
                       tests={"expected": verdict.tests_expected, "passed": verdict.tests_passed},
                       wall_s=round(run.child.wall_s, 3), output_tail=run.child.output.text()[-2000:],
                       measurements={"sandbox": run.sandbox})
 
 
+def partial_points(points: int, passed: int, expected: int, status: str) -> int:
+    """Points for an item that did not pass whole: its share of hidden tests passed, rounded down.
+
+    A process that never started ("error") earns nothing: no test ran.
+    """
+    if status == "error" or expected <= 0:
+        return 0
+    return points * passed // expected
+
+
 def grade_item(item: Item, ctx: ItemContext) -> ItemResult:
-    if item.parent is not None and ctx.done[item.parent].status != "passed":
-        return _skip(item, "failed", f"not run: its parent item '{item.parent}' did not pass")
     if item.gpu and not ctx.cuda:
         return _skip(item, "blocked", "needs a CUDA GPU; none on this grading machine")
     if item.kind == "throughput":
-        gating = [i for i in ctx.rubric.correctness_items if not (i.gpu and not ctx.cuda)]
-        failing = [i.id for i in gating if ctx.done[i.id].status != "passed"]
+        required = [ctx.rubric.item(i) for i in item.options["requires"]]
+        failing = [i.id for i in required if not (i.gpu and not ctx.cuda) and ctx.done[i.id].status != "passed"]
         if failing:
-            return _skip(item, "failed", f"not scored: correctness item(s) {', '.join(failing)} did not pass")
+            return _skip(item, "failed", f"not scored: it times an engine whose {', '.join(failing)} item(s) did "
+                                         "not pass, and the speed of a wrong engine means nothing")
         if ctx.reference_harness is None:
             return _skip(item, "error", "no reference harness to compare with")
         return run_throughput(item, ctx.runner, ctx.harness, ctx.reference_harness, ctx.scratch_root / item.id,

@@ -12,6 +12,7 @@ without grading anything again.
 from __future__ import annotations
 
 import csv
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from grading.results import read_result, write_json_atomic
 
 STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "magenta", "error": "bold red", "blocked": "yellow"}
 STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR", "blocked": "GPU"}
-CSV_FIXED = ["student_id", "lab", "score", "max_score", "gradable_points", "blocked_points"]
+CSV_FIXED = ["student_id", "lab", "status", "score", "max_score", "gradable_points", "blocked_points"]
 
 
 @dataclass
@@ -40,6 +41,19 @@ def load_results(results_dir: Path) -> list[dict[str, Any]]:
     """Every finished result in the folder, sorted by student id (half-written or foreign files are skipped)."""
     results = [r for r in (read_result(p) for p in sorted(results_dir.glob("*.json"))) if r is not None]
     return sorted(results, key=lambda r: r["student_id"])
+
+
+def missing_rows(results_dir: Path, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One grades.csv row per student who submitted nothing for the lab (`grade run` lists them)."""
+    path = results_dir / "missing.json"
+    if not path.is_file():
+        return []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    graded = {r["student_id"] for r in results}
+    max_score = results[0]["max_score"] if results else 100
+    return [{"student_id": sid, "lab": data["lab"], "status": "missing", "score": 0, "max_score": max_score,
+             "gradable_points": 0, "blocked_points": 0, "items": []}
+            for sid in data["students"] if sid not in graded]
 
 
 def item_ids(results: list[dict[str, Any]]) -> list[str]:
@@ -83,7 +97,11 @@ def csv_rows(results: list[dict[str, Any]], notebook: dict[str, dict[str, float]
         header += ["nbgrader_score", "nbgrader_max_score"]
     rows = []
     for result in results:
-        row: dict[str, Any] = {k: result[k] for k in CSV_FIXED}
+        if result.get("status") == "missing":
+            rows.append({**{k: result[k] for k in CSV_FIXED}, **{f"item:{i}": "" for i in ids}, "flags": 0,
+                         **({"nbgrader_score": "", "nbgrader_max_score": ""} if notebook else {})})
+            continue
+        row: dict[str, Any] = {k: result.get(k, "graded") for k in CSV_FIXED}
         scores = {item["id"]: item for item in result["items"]}
         for item_id in ids:
             item = scores.get(item_id)
@@ -184,7 +202,7 @@ def make_reports(results_dir: Path, out: Path | None = None, console: Console | 
     paths.feedback.mkdir(parents=True, exist_ok=True)
     paths.gradescope.mkdir(parents=True, exist_ok=True)
     from grading.nbgrader_bridge import load_nbgrader_scores
-    write_csv(results, paths.csv, load_nbgrader_scores(results_dir))
+    write_csv(results + missing_rows(results_dir, results), paths.csv, load_nbgrader_scores(results_dir))
     for result in results:
         sid = result["student_id"]
         (paths.feedback / f"{sid}.md").write_text(feedback_markdown(result), encoding="utf-8")

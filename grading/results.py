@@ -44,8 +44,8 @@ class ItemResult:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"item status {self.status!r} is not one of {STATUSES}")
-        if self.status != "passed" and self.score:
-            raise ValueError("only a passed item scores points")
+        if not 0 <= self.score <= self.points or (self.status == "passed" and self.score != self.points):
+            raise ValueError(f"item {self.id}: score {self.score} of {self.points} does not fit status {self.status}")
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

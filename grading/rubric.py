@@ -1,9 +1,13 @@
 """Rubrics as data: `assignments/labN_*/rubric.json`, one per lab.
 
 A rubric lists items; each item is worth a whole number of points, and the
-points of a lab add up to 100. An item is all-or-nothing, so the same work
-always gets the same score and a known-wrong solution loses exactly the items
-that catch it.
+points of a lab add up to 100. An observed item earns its points in proportion
+to the hidden tests it passes (rounded down), and items never gate each other:
+one missed condition costs the items whose tests check it, nothing more. The
+one exception is a throughput item, scored only when the items it `requires`
+passed, because the speed of an engine that computes the wrong thing means
+nothing. (The price: a rubric can no longer say "this part is worthless until
+that part works"; the handouts state the rule.)
 
 Item fields:
     id          unique within the lab
@@ -11,10 +15,12 @@ Item fields:
     points      positive integer
     kind        pytest | log | blocks | throughput | report
     select      (pytest, log, blocks) pytest node ids or files under the harness's hidden/ folder
-    parent      id of an earlier item, or null: the item runs only if its parent passed (xv6's parent tests)
+    public      (pytest, log, blocks) the public tests of the same behaviour, `test_file.py::test_name`:
+                the self-check scores the item from them, so no rule is tested only in hidden tests
     deadline_s  seconds the item's process may run before it is killed
     gpu         true when the item needs CUDA (reported `blocked` without it)
-    + kind-specific fields: throughput (workload, rounds, min_ratio), report (files, headings, min_words)
+    + kind-specific fields: throughput (workload, rounds, min_ratio, requires: item ids),
+      report (files, headings, min_words)
 
 The kinds differ in what is compared and how a difference is explained, not
 in who decides: every verdict is computed by the grader (grading.judge).
@@ -46,7 +52,7 @@ class Item:
     kind: str
     deadline_s: float
     select: tuple[str, ...] = ()
-    parent: str | None = None
+    public: tuple[str, ...] = ()
     gpu: bool = False
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -76,12 +82,12 @@ class Rubric:
 
     @property
     def correctness_items(self) -> list[Item]:
-        """What a throughput item is gated on: every item that checks behaviour."""
+        """Every item that checks behaviour (the ones with public tests)."""
         return [item for item in self.items if item.observed]
 
 
-_COMMON = {"id", "title", "points", "kind", "deadline_s", "select", "parent", "gpu", "description"}
-_EXTRA = {"pytest": set(), "log": set(), "blocks": set(), "throughput": {"workload", "rounds", "min_ratio"},
+_COMMON = {"id", "title", "points", "kind", "deadline_s", "select", "public", "gpu", "description"}
+_EXTRA = {"pytest": set(), "log": set(), "blocks": set(), "throughput": {"workload", "rounds", "min_ratio", "requires"},
           "report": {"files", "headings", "min_words"}}
 
 
@@ -112,9 +118,13 @@ def _item(raw: dict[str, Any], where: str, seen: dict[str, Item]) -> Item:
             raise RubricError(f"{where}: select must list pytest node ids or files under hidden/")
     elif select:
         raise RubricError(f"{where}: only pytest, log and blocks items select tests")
-    parent = raw.get("parent")
-    if parent is not None and parent not in seen:
-        raise RubricError(f"{where}: parent {parent!r} must be an item listed before it")
+    public = raw.get("public", [])
+    if kind in OBSERVED_KINDS:
+        if not public or not all(isinstance(t, str) and t.startswith("test_") and "::" in t for t in public):
+            raise RubricError(f"{where}: public must list the public tests of the same behaviour "
+                              "(test_file.py::test_name)")
+    elif public:
+        raise RubricError(f"{where}: only pytest, log and blocks items name public tests")
     gpu = raw.get("gpu", False)
     if not isinstance(gpu, bool):
         raise RubricError(f"{where}: gpu must be true or false")
@@ -124,13 +134,17 @@ def _item(raw: dict[str, Any], where: str, seen: dict[str, Item]) -> Item:
             raise RubricError(f"{where}: throughput items name a workload")
         options.setdefault("rounds", 3)
         options.setdefault("min_ratio", 0.5)
+        options["requires"] = list(options.get("requires", []))
+        unknown_items = [r for r in options["requires"] if r not in seen]
+        if unknown_items:
+            raise RubricError(f"{where}: requires {unknown_items}, which must be items listed before it")
     if kind == "report":
         if not options.get("files"):
             raise RubricError(f"{where}: report items list the files to check")
         options.setdefault("headings", [])
         options.setdefault("min_words", 0)
-    return Item(item_id, str(raw.get("title", item_id)), points, kind, float(deadline), tuple(select), parent,
-                gpu, options)
+    return Item(item_id, str(raw.get("title", item_id)), points, kind, float(deadline), tuple(select),
+                tuple(public), gpu, options)
 
 
 def parse_rubric(data: dict[str, Any], path: Path) -> Rubric:

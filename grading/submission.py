@@ -1,27 +1,29 @@
 """Submissions: where they are, what is in them, and the student's region bodies cut out by id.
 
 Layout (nbgrader's): `SUBMITTED/<student_id>/<labN>/`, holding the student's
-`student_exercises/` and any report files. Only the bodies of the lab's
-exercise regions are ever run; everything else is hashed, and anything that
-looks like an attempt to run code outside the regions (a `conftest.py`, a
-`sitecustomize.py`, a `.pth`, edits outside the regions) is named in the
-result as ignored.
-
-Built on the public functions of `courseware.regions` (parse_regions, stub_body);
-`courseware.exercises` has no "bodies of one student's tree by id" function yet,
-so that small piece lives here.
+`student_exercises/` and any report files. What runs is the bodies of the lab's
+exercise regions plus the definitions the student added outside them
+(`courseware.additions`: imports, helpers, constants, helper methods); any other
+edit outside the regions is listed, never run. Everything is hashed, and a
+file that would run code on its own (a `conftest.py`, a `sitecustomize.py`, a
+`.pth`) is flagged only when the student added or changed it: the release's
+own files (its tests' conftest.py, its pyproject.toml) are compared against the
+release's hashes, never flagged.
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import re
-import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from courseware.exercises import PACKAGE, ReferenceTree, generate
-from courseware.regions import Region, RegionError, parse_regions, stub_body
+from courseware.labs import exercise_labs
+from courseware.release import release_package
+from courseware.student_code import SUSPICIOUS, Extraction, RegionStatus, read_student_code
+
+__all__ = ["SUSPICIOUS", "Extraction", "RegionStatus", "Submission", "extract", "file_hashes", "find_submissions",
+           "ignored_files", "missing_students"]
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
 MAX_FILES = 2000
@@ -30,12 +32,6 @@ IGNORED_NAMES = {"conftest.py": "a pytest conftest.py", "sitecustomize.py": "a s
                  "usercustomize.py": "a usercustomize.py", "pytest.ini": "a pytest.ini", "tox.ini": "a tox.ini",
                  "setup.cfg": "a setup.cfg", "pyproject.toml": "a pyproject.toml", "setup.py": "a setup.py",
                  "__main__.py": "a __main__.py"}
-# Names in a region body worth a TA's look; they never change a score (the sandbox and the judge do that).
-SUSPICIOUS = {"_exit", "exit", "system", "popen", "Popen", "subprocess", "socket", "ctypes", "__import__",
-              "importlib", "open", "builtins", "__builtins__", "modules", "settrace", "setprofile", "isclose",
-              "testing", "signal", "kill", "sleep", "exec", "eval", "compile", "gc", "inspect", "pytest", "_pytest",
-              "golden", "environ", "setattr", "globals", "addaudithook", "fork", "chdir", "remove", "unlink",
-              "rmtree", "write_text", "write_bytes"}
 
 
 @dataclass(frozen=True)
@@ -75,6 +71,15 @@ def find_submissions(root: Path, lab: str, student: str | None = None) -> tuple[
     return found, notes
 
 
+def missing_students(root: Path, lab: str) -> list[str]:
+    """Students with a folder under `root` but no `<lab>/` in it: they are listed in grades.csv as missing."""
+    if not root.is_dir():
+        return []
+    return sorted(folder.name for folder in root.iterdir()
+                  if folder.is_dir() and not folder.is_symlink() and STUDENT_ID.match(folder.name)
+                  and not folder.name.startswith(".") and not (folder / lab).exists())
+
+
 def file_hashes(folder: Path) -> tuple[dict[str, str], list[str]]:
     """sha256 of every regular file under `folder` (symlinks are listed, never followed)."""
     hashes: dict[str, str] = {}
@@ -100,10 +105,16 @@ def file_hashes(folder: Path) -> tuple[dict[str, str], list[str]]:
     return hashes, notes
 
 
-def ignored_files(hashes: dict[str, str]) -> list[str]:
-    """Files that would run code if we let them; they are never copied anywhere."""
+def ignored_files(hashes: dict[str, str], shipped: dict[str, str] | None = None) -> list[str]:
+    """Files that would run code if we let them, added or changed by the student; never copied anywhere.
+
+    `shipped` holds the hashes of the lab's release: a file the release ships
+    unchanged (its tests' conftest.py, its pyproject.toml) is not the student's doing.
+    """
     notes = []
-    for rel in hashes:
+    for rel, digest in hashes.items():
+        if shipped is not None and shipped.get(rel) == digest:
+            continue
         name = rel.rsplit("/", 1)[-1]
         if name in IGNORED_NAMES:
             notes.append(f"{rel}: {IGNORED_NAMES[name]} in a submission is ignored (only region bodies are run)")
@@ -112,131 +123,7 @@ def ignored_files(hashes: dict[str, str]) -> list[str]:
     return notes
 
 
-@dataclass
-class RegionStatus:
-    region_id: str
-    status: str            # attempted | not attempted | missing | broken
-    message: str = ""
-
-
-@dataclass
-class Extraction:
-    """The student's bodies for one lab's regions, ready to splice, and what happened to each region."""
-
-    bodies: dict[str, str] = field(default_factory=dict)
-    regions: list[RegionStatus] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    suspicious: list[str] = field(default_factory=list)
-
-
-def _dedent(body: str) -> str:
-    """The body with its common indentation removed (students indent regions in their own way)."""
-    return textwrap.dedent(body)
-
-
-def _reindent(body: str, indent: str) -> str:
-    return "".join(indent + line if line.strip() else "\n" for line in body.splitlines(keepends=True))
-
-
-def _is_stub(body: str, region: Region) -> bool:
-    code = [line.strip() for line in body.splitlines() if line.strip() and not line.strip().startswith("#")]
-    return code == [stub_body(region).strip()]
-
-
-def _outside_regions(text: str, path: str) -> list[str]:
-    """The lines of a file that are not region bodies (markers and hints included)."""
-    source = parse_regions(text, path)
-    skip: set[int] = set()
-    for region in source.regions:
-        skip.update(range(region.body_start, region.end_line))
-    return [line.rstrip() for number, line in enumerate(source.lines, start=1) if number not in skip]
-
-
-def _names(body: str) -> set[str]:
-    try:
-        tree = ast.parse("def _body():\n" + _reindent(body, "    "))
-    except SyntaxError:
-        return set()
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
-        elif isinstance(node, ast.Attribute):
-            names.add(node.attr)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names.add(node.module.split(".")[0])
-    return names
-
-
 def extract(submission_package: Path, tree: ReferenceTree, lab: str) -> Extraction:
-    """Cut the student's lab regions out of their `student_exercises/`, by id, whatever the line numbers.
-
-    A region whose file or markers are missing counts as missing; one still
-    holding the stub as not attempted; one whose body does not compile in the
-    instructor's file as broken. Those get the stub (so they fail, visibly),
-    and the others keep working: one broken region never sinks the rest.
-    """
-    out = Extraction()
-    stubs = generate(tree)                     # what the student started from, to spot edits outside regions
-    by_file: dict[str, list[Region]] = {}
-    for relpath, source in tree.files.items():
-        for region in source.regions:
-            if region.lab == lab:
-                by_file.setdefault(relpath, []).append(region)
-    for relpath, regions in sorted(by_file.items()):
-        student_file = submission_package / relpath
-        shown = f"{PACKAGE}/{relpath}"
-        if not student_file.is_file() or student_file.is_symlink():
-            for region in regions:
-                out.regions.append(RegionStatus(region.region_id, "missing", f"{shown} is not in the submission"))
-            continue
-        try:
-            text = student_file.read_text(encoding="utf-8")
-            source = parse_regions(text, shown)
-        except (UnicodeDecodeError, RegionError) as err:
-            for region in regions:
-                out.regions.append(RegionStatus(region.region_id, "broken", f"region markers unreadable: {err}"))
-            continue
-        try:
-            if _outside_regions(text, shown)[1:] != _outside_regions(stubs[relpath], shown)[1:]:
-                out.suspicious.append(f"{shown}: changes outside the exercise regions are ignored (never run)")
-        except RegionError:
-            pass
-        found = {r.region_id: r for r in source.regions}
-        for region in regions:
-            mine = found.get(region.region_id)
-            if mine is None:
-                out.regions.append(RegionStatus(region.region_id, "missing",
-                                                f"no `# >>> EXERCISE {region.region_id}` region in {shown}"))
-                continue
-            body = source.body(mine)
-            if _is_stub(body, region):
-                out.regions.append(RegionStatus(region.region_id, "not attempted", "still raises NotImplementedError"))
-                continue
-            spliced = _reindent(_dedent(body), region.indent)
-            problem = _compile_problem(tree.files[relpath], region, spliced, shown)
-            if problem:
-                out.regions.append(RegionStatus(region.region_id, "broken", problem))
-                continue
-            out.bodies[region.region_id] = spliced
-            out.regions.append(RegionStatus(region.region_id, "attempted"))
-            names = sorted(_names(spliced) & SUSPICIOUS)
-            if names:
-                out.suspicious.append(f"{region.region_id} uses {', '.join(names)}")
-    return out
-
-
-def _compile_problem(source, region: Region, body: str, shown: str) -> str:
-    """Why `body` cannot stand in for the region in the instructor's file ('' when it can)."""
-    lines = source.lines
-    text = "".join(lines[:region.body_start - 1]) + body + "".join(lines[region.end_line - 1:])
-    try:
-        compile(text, region.path, "exec", dont_inherit=True)
-    except SyntaxError as err:
-        offset = (err.lineno or region.body_start) - region.body_start + 1
-        return f"does not compile: {err.msg} (line {offset} of the region body in {shown})"
-    except ValueError as err:          # e.g. NUL bytes
-        return f"does not compile: {err}"
-    return ""
+    """The student's code for `lab`, read against what the student was given (the lab's release)."""
+    given = release_package(tree, lab) if lab in exercise_labs() else generate(tree)
+    return read_student_code(submission_package, given, lab)

@@ -41,3 +41,30 @@ def with_bodies(bodies: Mapping[str, str], tree: ReferenceTree) -> Callable[[Reg
     """Reference bodies except the given ones (dedented text, indented here to each region's level)."""
     from courseware.regions import reindent
     return lambda region: reindent(bodies[region.region_id], region.indent) if region.region_id in bodies else None
+
+
+def release_submission(root: Path, student: str, lab: str, tree: ReferenceTree,
+                       edit: Callable[[str], str] | None = None, module: str = "") -> Path:
+    """A submission as a student makes it: the lab's release, its regions holding the reference bodies,
+    then `edit` applied to one module's text (e.g. adding an import and a helper outside the regions)."""
+    from courseware.exercises import splice
+    from courseware.release import make_release
+    folder = root / student / lab
+    make_release(lab, folder)
+    splice(folder / PACKAGE, {r.region_id: tree.body(r.region_id) for r in tree.regions if r.lab == lab})
+    if edit is not None:
+        path = folder / PACKAGE / module
+        path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return folder
+
+
+def insert_in_region(text: str, region_id: str, line: str) -> str:
+    """`line` (indented like the region) as the first line of a region's body, after its hints."""
+    lines = text.splitlines(keepends=True)
+    begin = next(i for i, l in enumerate(lines) if l.strip().startswith(f"# >>> EXERCISE {region_id}:"))
+    indent = lines[begin][:len(lines[begin]) - len(lines[begin].lstrip())]
+    at = begin + 1
+    while lines[at].strip().startswith("# HINT:"):
+        at += 1
+    lines.insert(at, indent + line + "\n")
+    return "".join(lines)

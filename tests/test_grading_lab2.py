@@ -25,7 +25,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.grading_fixtures import solved, stubs, write_submission
+from tests.grading_fixtures import insert_in_region, release_submission, solved, stubs, write_submission
 from grading.paths import PAYLOAD, SCHEMAS, hidden_dir
 from grading.report import make_reports
 from grading.results import stable_view
@@ -116,19 +116,34 @@ def oracle(work: Path, model: Path) -> dict[str, set[str]]:
 
 
 def expected_lost(differing: set[str]) -> set[str]:
-    """Items a mutant must lose: those selecting a differing test, their descendants, and throughput."""
+    """Items a mutant must lose: those selecting a differing test, and a throughput item requiring one of them.
+
+    Nothing else: no item gates another (grading/rubric.py).
+    """
     lost: set[str] = set()
     for item in RUBRIC.items:
         if item.observed and any(t == sel or t.startswith(sel + "::") for t in differing for sel in item.select):
             lost.add(item.id)
-        if item.parent in lost:
-            lost.add(item.id)
-    if lost:
-        lost |= {item.id for item in RUBRIC.items if item.kind == "throughput"}
+    lost |= {item.id for item in RUBRIC.items if item.kind == "throughput" and lost & set(item.options["requires"])}
     return lost
 
 
 # -- the graded batch ---------------------------------------------------------------------------
+
+def with_helpers(text: str) -> str:
+    """A correct solution as students write it: an import, a helper function and a helper method, all
+    outside the regions, used from inside one."""
+    text = text.replace("from __future__ import annotations\n", "from __future__ import annotations\n\nimport math\n", 1)
+    text = text.replace("\nclass BlockManager", "\ndef _twice(x: int) -> int:\n    return 2 * x\n\n\nclass BlockManager", 1)
+    text = text.replace("    @property\n    def num_free_blocks(self", "    def _half(self, x: int) -> int:\n        return x // 2\n\n"
+                        "    @property\n    def num_free_blocks(self", 1)
+    return insert_in_region(text, "lab2.take_free_block", "assert self._half(_twice(math.floor(3.0))) == 3")
+
+
+def edit_outside(text: str) -> str:
+    """An edit of existing code outside the regions: listed, never run."""
+    return text.replace("    def num_free_blocks(self) -> int:\n", "    def num_free_blocks(self) -> int:\n        print('hi')\n", 1)
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
@@ -139,6 +154,10 @@ def graded(tmp_path_factory):
     write_submission(submitted, "stub_student", LAB, tree, stubs(LAB))
     for mutant in MUTANTS:
         write_submission(submitted, f"mut_{mutant.name}", LAB, tree, mutant.choice(tree))
+    release_submission(submitted, "release_student", LAB, tree)
+    release_submission(submitted, "helpers_student", LAB, tree, with_helpers, "engine/block_manager.py")
+    release_submission(submitted, "outside_student", LAB, tree, edit_outside, "engine/block_manager.py")
+    (submitted / "absent_student").mkdir()                 # a student folder with no lab2/ in it
     out = work / "results"
     # The oracle runs in a forked process (forked before any grading thread exists), beside the grading run.
     with multiprocessing.get_context("fork").Pool(1) as pool:
@@ -164,6 +183,28 @@ def test_reference_solution_scores_100(graded):
     assert res["score"] == 100, describe(res)
     assert all(i["status"] == "passed" for i in res["items"])
     assert res["flags"] == [] and {r["status"] for r in res["regions"]} == {"attempted"}
+
+
+def test_a_release_with_its_regions_written_scores_100_without_flags(graded):
+    """The release's own files (its tests' conftest.py, its pyproject.toml) are not the student's doing."""
+    res = result(graded, "release_student")
+    assert res["score"] == 100, describe(res)
+    assert res["flags"] == [], res["flags"]
+    assert not [n for n in res["notes"] if "not run" in n], res["notes"]
+
+
+def test_imports_and_helpers_outside_the_regions_are_carried(graded):
+    res = result(graded, "helpers_student")
+    assert res["score"] == 100, describe(res)
+    assert res["flags"] == [], res["flags"]
+    assert not [n for n in res["notes"] if "not run" in n], res["notes"]
+
+
+def test_an_edit_outside_the_regions_is_listed_and_not_run(graded):
+    res = result(graded, "outside_student")
+    assert res["score"] == 100, describe(res)
+    listed = [n for n in res["notes"] if "not run" in n]
+    assert len(listed) == 1 and "block_manager.py:" in listed[0] and "num_free_blocks" in listed[0], res["notes"]
 
 
 def test_untouched_stubs_score_0(graded):
@@ -210,13 +251,17 @@ def test_reports_csv_gradescope_feedback_histogram(graded):
     paths = make_reports(graded["out"], graded["work"] / "report")
     rows = list(csv.DictReader(open(paths.csv, encoding="utf-8")))
     students = {r["student_id"]: r for r in rows}
-    assert len(rows) == 2 + len(MUTANTS)
+    assert len(rows) == 2 + len(MUTANTS) + 3 + 1            # + the release-made students, + one who submitted nothing
     assert students["ref_student"]["score"] == "100" and students["stub_student"]["score"] == "0"
+    assert students["absent_student"]["status"] == "missing" and students["absent_student"]["score"] == "0"
+    assert {r["status"] for r in rows if r["student_id"] != "absent_student"} == {"graded"}
     row_schema = json.loads((SCHEMAS / "grades_csv.schema.json").read_text())
     for row in rows:
-        typed = {k: (v if k in ("student_id", "lab") else (None if v == "" else json.loads(v))) for k, v in row.items()}
+        typed = {k: (v if k in ("student_id", "lab", "status") else (None if v == "" else json.loads(v)))
+                 for k, v in row.items()}
         jsonschema.validate(typed, row_schema)
         assert typed["score"] == sum(v for k, v in typed.items() if k.startswith("item:") and v is not None)
+    assert not (graded["out"] / "absent_student.json").exists(), "nothing to grade for a student who submitted nothing"
     gradescope = json.loads((paths.gradescope / "mut_stale_hash_kept" / "results.json").read_text())
     jsonschema.validate(gradescope, json.loads((SCHEMAS / "gradescope.schema.json").read_text()))
     assert gradescope["score"] == float(students["mut_stale_hash_kept"]["score"])

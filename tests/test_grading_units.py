@@ -48,14 +48,18 @@ def _rubric(items):
     return {"lab": "lab9", "items": items}
 
 
-GOOD_ITEM = {"id": "a", "points": 100, "kind": "pytest", "select": ["hidden/lab9/test_x.py"]}
+GOOD_ITEM = {"id": "a", "points": 100, "kind": "pytest", "select": ["hidden/lab9/test_x.py"],
+             "public": ["test_lab9_x.py::test_x"]}
 
 
 @pytest.mark.parametrize("items, complaint", [
     ([{**GOOD_ITEM, "points": 99}], "add up to 99"),
     ([GOOD_ITEM, {**GOOD_ITEM}], "duplicate id"),
     ([{**GOOD_ITEM, "kind": "magic"}], "kind must be one of"),
-    ([{**GOOD_ITEM, "parent": "zzz"}], "parent 'zzz'"),
+    ([{**GOOD_ITEM, "parent": "a"}], "unknown field"),
+    ([{**GOOD_ITEM, "public": []}], "public must list"),
+    ([{**GOOD_ITEM, "points": 90}, {"id": "t", "points": 10, "kind": "throughput", "workload": "w",
+                                   "requires": ["zzz"]}], "requires \\['zzz'\\]"),
     ([{**GOOD_ITEM, "select": ["tests/test_x.py"]}], "under hidden/"),
     ([{**GOOD_ITEM, "points": 0}], "positive integer"),
     ([{**GOOD_ITEM, "deadline_s": 10_000}], "deadline_s"),
@@ -177,7 +181,9 @@ def test_a_region_is_found_by_id_reindented_and_checked(tmp_path, tree):
     assert status["lab2.can_append"].status == "attempted"
     assert out.bodies["lab2.can_append"] == "        return True\n"
     assert status["lab2.may_append"].status == "broken" and "does not compile" in status["lab2.may_append"].message
-    assert any("outside the exercise regions" in s for s in out.suspicious)
+    assert [a.name for a in out.additions[path]] == ["import math"], "a new import is carried"
+    assert any("math.isclose" in e.describe() and "not run" in e.describe() for e in out.outside_edits), \
+        "patching a module's attribute outside the regions is an edit, never run"
 
 
 def test_missing_file_and_missing_marker(tmp_path, tree):
@@ -246,3 +252,28 @@ def test_csv_gradescope_and_feedback_from_results(tmp_path):
     assert gradescope["tests"][0]["status"] == "failed" and gradescope["score"] == 0.0
     feedback = feedback_markdown(results[1])
     assert "**Score: 0 / 100**" in feedback and "BAD     b" in feedback and "flagged for review: x" in feedback
+
+
+def _public_test_ids(lab_id: str) -> set[str]:
+    import ast as _ast
+    from courseware.labs import lab as registry_lab
+    ids = set()
+    for path in registry_lab(lab_id).public_tests():
+        for node in _ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, _ast.FunctionDef) and node.name.startswith("test_"):
+                ids.add(f"{path.name}::{node.name}")
+    return ids
+
+
+@pytest.mark.parametrize("lab", [lab.lab_id for lab in all_labs() if lab.public_tests() and lab.rubric.is_file()])
+def test_every_rubric_item_names_public_tests_of_its_behaviour(lab):
+    """No rule is tested only in hidden tests: each behaviour item names public tests that exist, and every
+    public test counts towards some item (so the self-check's points are the rubric's)."""
+    rubric = load_rubric(lab)
+    defined = _public_test_ids(lab)
+    named: set[str] = set()
+    for item in rubric.correctness_items:
+        missing = [t for t in item.public if t not in defined]
+        assert item.public and not missing, f"{lab} item {item.id}: public tests {missing or '(none)'} do not exist"
+        named |= set(item.public)
+    assert not defined - named, f"{lab}: public tests no rubric item names: {sorted(defined - named)}"

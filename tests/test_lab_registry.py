@@ -68,7 +68,7 @@ LAB6 = {
     "README.md": "# Lab 6 (throwaway)\n\nWrite `lab6.double`.\n",
     "rubric.json": json.dumps({"lab": "lab6", "title": "Throwaway", "items": [
         {"id": "double", "title": "Doubling", "points": 100, "kind": "pytest", "select": ["hidden/lab6/test_double.py"],
-         "parent": None, "deadline_s": 60, "description": "Twice x, for a few x."}]}),
+         "public": ["test_lab6_throwaway.py::test_double"], "deadline_s": 60, "description": "Twice x, for a few x."}]}),
     "public/test_lab6_throwaway.py": (
         "import pytest\n\npytestmark = pytest.mark.lab6\n\n\n@pytest.mark.points(1)\n"
         "@pytest.mark.covers('lab6.double')\ndef test_double(impl):\n"

@@ -25,13 +25,41 @@ import pytest
 import torch
 
 from courseware.bugzoo import load_mutants
-from courseware.exercises import LABS, filled_labs, load_reference, write_tree
+from courseware.exercises import LABS, PACKAGE, filled_labs, generate, load_reference, public_suite, write_package, write_tree
+from courseware.later_labs import with_standins
+from courseware.public_grade import public_parts
+from courseware.labs import lab as registry_lab
+from courseware.selfcheck import PRISTINE, spliced_copy
+from grading.harness import harness_package
+from grading.submission import extract
 from courseware.tiny_model import ensure_tiny_model
 from tests.lab_runs import ALL_LABS, ROOT, Job, by_outcome, problems_of, run_all
 
 MUTANTS = load_mutants()
-SELF_CONTAINED_LABS = ("lab1", "lab2", "lab4")   # their tests need no other lab's regions
+SELF_CONTAINED_LABS = ("lab1", "lab4")   # their tests need no other lab's regions (lab2's engine run needs lab1's log)
 LAB2_BUDGET_S = 60.0
+
+
+def release_tree(dest: Path, tree, lab: str, filled) -> Path:
+    """A lab's release package (later labs run by their stand-ins) with `filled` labs' regions written."""
+    write_package(with_standins(generate(tree, filled_labs(filled)), lab) | public_suite(), dest / PACKAGE)
+    return dest
+
+
+def student_tree(dest: Path, tree, mutant) -> Path:
+    """The tree of a student who wrote the mutant: the lab's release with the mutant's region bodies in it."""
+    release = with_standins(generate(tree, mutant.choice(tree)), mutant.lab) | public_suite()
+    write_package(release, dest / PACKAGE)
+    pristine = with_standins(generate(tree, filled_labs(LABS[:LABS.index(mutant.lab)])), mutant.lab) | public_suite()
+    write_package(pristine, dest / PRISTINE / PACKAGE)
+    return dest
+
+
+def grader_view(dest: Path, tree, student: Path, lab: str) -> Path:
+    """The grader's reading of a student tree (extract + harness package), with the public suite beside it."""
+    code = extract(student / PACKAGE, tree, lab)
+    write_package(harness_package(lab, tree, code.bodies, code.additions) | public_suite(), dest / PACKAGE)
+    return dest
 
 
 @pytest.fixture(scope="module")
@@ -47,20 +75,25 @@ def lab_runs(tmp_path_factory):
         Job("stubs", ROOT, ALL_LABS),
     ]
     for i, lab in enumerate(LABS):
-        jobs.append(Job(f"filled:{lab}", write_tree(work / f"filled_{lab}", filled_labs(LABS[:i + 1])), lab))
+        jobs.append(Job(f"filled:{lab}", release_tree(work / f"filled_{lab}", tree, lab, LABS[:i + 1]), lab))
         if i > 0:
-            jobs.append(Job(f"release-stubs:{lab}", write_tree(work / f"release_{lab}", filled_labs(LABS[:i])), lab))
+            jobs.append(Job(f"release-stubs:{lab}", release_tree(work / f"release_{lab}", tree, lab, LABS[:i]), lab))
         if lab in SELF_CONTAINED_LABS and i > 0:
             jobs.append(Job(f"only:{lab}", write_tree(work / f"only_{lab}", filled_labs([lab])), lab))
     for mutant in MUTANTS:
         if mutant.gpu and not torch.cuda.is_available():
             continue
-        dest = write_tree(work / "mutants" / mutant.lab / mutant.name, mutant.choice(tree))
-        jobs.append(Job(f"mutant:{mutant.mutant_id}", dest, mutant.lab, extra=("-x",)))
+        student = student_tree(work / "students" / mutant.lab / mutant.name, tree, mutant)
+        jobs.append(Job(f"mutant:{mutant.mutant_id}", grader_view(work / "grader" / mutant.lab / mutant.name, tree,
+                                                                  student, mutant.lab), mutant.lab))
+        check_view = work / "selfcheck" / mutant.lab / mutant.name
+        spliced_copy(student, mutant.lab, check_view)
+        jobs.append(Job(f"selfcheck:{mutant.mutant_id}", check_view, mutant.lab))
     runs = run_all(jobs, cache, work)
     trace_data = json.loads(trace.read_text()) if trace.is_file() else {}
     yield {job.key: job for job in jobs}, runs, trace_data
-    shutil.rmtree(work / "mutants", ignore_errors=True)
+    for folder in ("students", "grader", "selfcheck"):
+        shutil.rmtree(work / folder, ignore_errors=True)
 
 
 def usable(lab_runs, key: str):
@@ -144,6 +177,19 @@ def test_bug_zoo_mutant_is_caught(lab_runs, mutant_id):
     failed = by_outcome(run, ["failed"])
     assert failed, (f"no public test fails on mutant {mutant_id} (outcomes: {run.outcomes()}); "
                     f"pytest said:\n{run.output[-2000:]}")
+
+
+@pytest.mark.parametrize("mutant_id", [m.mutant_id for m in MUTANTS])
+def test_self_check_and_grader_give_the_same_public_points(lab_runs, mutant_id):
+    """The self-check reads a student's tree as the grader does: on every mutant, the public suite run on the
+    self-check's copy and on the grader's harness code gives the same points on every rubric item."""
+    mutant = next(m for m in MUTANTS if m.mutant_id == mutant_id)
+    if mutant.gpu and not torch.cuda.is_available():
+        pytest.skip("a GPU-only mutant: only the gpu tests can catch it, and they need CUDA")
+    rubric = registry_lab(mutant.lab).rubric
+    grader = {p.item_id: p.earned for p in public_parts(rubric, usable(lab_runs, f"mutant:{mutant_id}").tests)}
+    check = {p.item_id: p.earned for p in public_parts(rubric, usable(lab_runs, f"selfcheck:{mutant_id}").tests)}
+    assert grader and grader == check, f"public points on the grader's code {grader} but in the self-check {check}"
 
 
 def test_every_lab_has_at_least_six_mutants():

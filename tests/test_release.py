@@ -97,3 +97,15 @@ def test_lab2_release_installs_fails_on_stubs_and_passes_when_filled(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     points = sum(t["points"] for t in filled["tests"].values())
     assert f"{points}/{points}" in proc.stdout, proc.stdout
+    assert "90/90" in proc.stdout and "public part" in proc.stdout, proc.stdout
+
+    # Helpers outside the regions are carried, an edit of existing code is listed (and not run): as the grader does.
+    from tests.test_grading_lab2 import edit_outside, with_helpers
+    path = release / PACKAGE / "engine" / "block_manager.py"
+    path.write_text(edit_outside(with_helpers(path.read_text())))
+    proc = subprocess.run([sys.executable, str(script), "check", "lab2"], cwd=release,
+                          env={**_env(tmp_path / "site_filled", cache), "COLUMNS": "200"}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"{points}/{points}" in proc.stdout and "90/90" in proc.stdout, proc.stdout
+    assert "block_manager.py" in proc.stdout and "num_free_blocks" in proc.stdout and "not run" in proc.stdout

@@ -308,3 +308,46 @@ def test_chunked_prefill_samples_only_when_the_prompt_is_done(impl, config_only_
         progress.append((a.num_cached_tokens, a.num_output_tokens))
     assert_same_list("(computed tokens, output tokens) of a 19-token prompt after each step, budget 8",
                      [(8, 0), (16, 0), (19, 1)], progress, label=lambda i: f"step {i}")
+
+
+# -- the scheduler inside the engine ----------------------------------------------------------------
+
+@pytest.mark.points(4)
+@pytest.mark.covers("lab3.admit", "lab3.schedule_decode", "lab3.preempt")
+def test_engine_run_under_pressure(impl, tiny_model_dir):
+    """Your scheduler inside the real engine: eight requests, four sequences at most, a pool small enough to
+    preempt. Every STEP respects max_num_seqs and the token budget, a waiting request holds no blocks, the
+    lifecycle log is legal, and each request's tokens are transformers' own greedy tokens.
+    """
+    from lab_oracle import hf_greedy
+    llm_module, params = impl.module("llm"), impl.module("sampling_params")
+    llm = llm_module.LLM(tiny_model_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=10,
+                         max_num_seqs=4, max_num_batched_tokens=40, max_model_len=40, enable_prefix_caching=True)
+    prompts = [list(range(7 * i, 7 * i + 5 + i % 4)) for i in range(8)]
+    ids = [llm.add_request(p, params.SamplingParams(temperature=0.0, max_tokens=9, ignore_eos=True)) for p in prompts]
+    outputs: dict[int, list[int]] = {seq_id: [] for seq_id in ids}
+    for step in range(1, 301):
+        if llm.scheduler.is_finished():
+            break
+        for out in llm.step():
+            outputs[out.seq_id] += out.new_token_ids
+        holding = [seq.seq_id for seq in llm.scheduler.waiting if seq.block_table]
+        if holding:
+            pytest.fail(f"after engine step {step}: waiting request(s) {holding} still hold blocks "
+                        "(a preempted sequence must give all its blocks back)", pytrace=False)
+    else:
+        pytest.fail("the engine did not finish eight short requests in 300 steps", pytrace=False)
+    for event in (e for e in llm.log.events if e["event"] == "STEP"):
+        if event["batch_size"] > 4 or event["num_tokens"] > 40:
+            pytest.fail(f"engine step {event['step']} scheduled {event['batch_size']} sequences and "
+                        f"{event['num_tokens']} tokens; the limits are max_num_seqs=4 and "
+                        "max_num_batched_tokens=40", pytrace=False)
+    problems = impl.module("metrics").check_lifecycle(llm.log.events)
+    if problems:
+        pytest.fail("the lifecycle log of the run is not legal:\n  " + "\n  ".join(problems[:5]), pytrace=False)
+    if not any(e["event"] == "PREEMPTED" for e in llm.log.events):
+        pytest.fail("this workload should force at least one preemption (10 blocks for four growing sequences); "
+                    "none happened: does schedule_decode check can_append?", pytrace=False)
+    for number, (seq_id, prompt) in enumerate(zip(ids, prompts)):
+        assert_same_list(f"request {number}'s greedy tokens", hf_greedy(tiny_model_dir, prompt, 9),
+                         outputs[seq_id], label=lambda i: f"output token {i}")

@@ -12,12 +12,12 @@ running the same tiny model.
 from __future__ import annotations
 
 import random
-from functools import lru_cache
 
 import pytest
 import torch
 
 from lab_diagnostics import assert_close, assert_same_list, assert_token_aligned
+from lab_oracle import hf_greedy
 
 pytestmark = pytest.mark.lab4
 
@@ -202,24 +202,6 @@ def test_paged_decode_attention_matches_dense_attention(impl, lengths):
 
 
 # -- the runner end to end ----------------------------------------------------------------------------
-
-@lru_cache(maxsize=1)
-def hf_model(model_dir: str):
-    import transformers
-    return transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-
-
-def hf_greedy(model_dir: str, prompt: list[int], new_tokens: int) -> list[int]:
-    """Greedy continuation by transformers itself (no paging, no batching): the independent oracle."""
-    import transformers
-    model = hf_model(model_dir)
-    ids = torch.tensor([prompt])
-    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=new_tokens, eos_token_id=None,
-                                           pad_token_id=0)
-    with torch.no_grad():
-        out = model.generate(ids, generation_config=config, attention_mask=torch.ones_like(ids))
-    return out[0, len(prompt):].tolist()
-
 
 class Pool:
     """Hands out physical blocks in a scrambled order, so a runner that assumes contiguity fails."""

@@ -403,3 +403,136 @@ def _write(content: dict[int, tuple], seq, start: int, block_size: int) -> None:
     for pos in range(start, seq.num_cached_tokens):
         slot = seq.block_table[pos // block_size] * block_size + pos % block_size
         content[slot] = tuple(seq.token_ids[:pos + 1])
+
+
+# -- the cache's three rules no other test states -------------------------------------------------
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.prefix_hits", "lab2.mark_computed")
+def test_a_hash_collision_is_not_a_hit(impl, monkeypatch):
+    """Equal hashes are not proof: a hit must also have the same tokens (the collision guard).
+
+    chain_hash is replaced by one that gives every block the same hash, as a
+    real hash would for two unlucky blocks. b's first block then "matches"
+    a's by hash alone; its tokens differ, so it must not be shared.
+    """
+    module = impl.module("engine.block_manager")
+    monkeypatch.setattr(module, "chain_hash", lambda token_ids, prev_hash: 42)
+    lab = Lab(impl)
+    bm = lab.manager(8)
+    a = lab.seq(tokens(0, BS) + [1])
+    prefill(bm, a)                      # a = [0, 1]; block 0 published under hash 42
+    b = lab.seq(tokens(100, BS) + [1])
+    cached = bm.num_cached_tokens(b)
+    bm.allocate(b)
+    if cached or b.num_cached_tokens:
+        pytest.fail(f"b's first block has a's hash (42) but other tokens ({tokens(100, BS)} vs {tokens(0, BS)}); "
+                    f"it was counted as {max(cached, b.num_cached_tokens)} cached tokens (table {b.block_table}): "
+                    "compare the cached block's token_ids before calling it a hit", pytrace=False)
+    assert_block_tables({"a": [0, 1], "b": [2, 3]}, {"a": a.block_table, "b": b.block_table},
+                        "(a collision is a miss: b gets fresh blocks)")
+
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.mark_computed", "lab2.prefix_hits")
+def test_duplicate_publication_the_latest_block_wins(impl):
+    """Two sequences admitted in the same step with the same prompt both compute it (neither could hit the
+    other yet), so two blocks publish one hash. The rule: the latest publication wins, and hash_to_block
+    points at the block computed last. A later prompt hits that one.
+    """
+    lab = Lab(impl)
+    bm = lab.manager(10)
+    prompt = tokens(0, 2 * BS + 1)
+    a, b = lab.seq(prompt), lab.seq(prompt)
+    bm.allocate(a)                      # a = [0, 1, 2]: nothing computed yet, so no hit for b either
+    bm.allocate(b)                      # b = [3, 4, 5]
+    bm.mark_computed(a, len(a))
+    bm.mark_computed(b, len(b))         # b publishes the same two hashes last
+    c = lab.seq(prompt + [7])
+    bm.allocate(c)
+    assert_block_tables({"a": [0, 1, 2], "b": [3, 4, 5], "c": [3, 4, 6]},
+                        {"a": a.block_table, "b": b.block_table, "c": c.block_table},
+                        "(c must hit b's blocks: the latest block to publish a hash is the one the cache keeps)")
+
+
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.take_free_block", "lab2.mark_computed")
+def test_reusing_a_block_keeps_another_blocks_hash_entry(impl):
+    """Edge case 3 turned around: a reused block drops the hash entry only if that entry still points at it.
+
+    a and b computed the same prompt; b published last, so the cache maps the
+    prompt's hashes to b's blocks. a's old blocks, freed and handed to d,
+    still carry those hashes: deleting the entries for them would throw away
+    b's cached prefix, which is still valid.
+    """
+    lab = Lab(impl)
+    bm = lab.manager(9)
+    prompt = tokens(0, 2 * BS + 1)
+    a, b = lab.seq(prompt), lab.seq(prompt)
+    bm.allocate(a)                      # a = [0, 1, 2]
+    bm.allocate(b)                      # b = [3, 4, 5]
+    bm.mark_computed(a, len(a))
+    bm.mark_computed(b, len(b))         # the cache now maps the prompt's two hashes to 3 and 4
+    bm.deallocate(a)                    # free list: 6, 7, 8, 2, 1, 0
+    d = lab.seq(tokens(500, 5 * BS + 1))
+    bm.allocate(d)                      # d takes 6, 7, 8, 2, 1, 0: a's old blocks 1 and 0 are reused
+    c = lab.seq(prompt + [9])
+    cached = bm.num_cached_tokens(c)
+    if cached != 2 * BS:
+        pytest.fail(f"c = a's prompt + [9] should still hit b's two cached blocks ({2 * BS} tokens), got {cached}: "
+                    "reusing a's old block deleted a hash entry that belongs to b's block", pytrace=False)
+
+
+# -- the block manager inside the engine ------------------------------------------------------------
+
+def _check_holders(llm, step: int) -> None:
+    """ref_count of each block == how many live sequences hold it; the free list == the blocks nobody holds."""
+    bm = llm.block_manager
+    live = [*llm.scheduler.running, *llm.scheduler.waiting]
+    expected = [0] * len(bm.blocks)
+    for seq in live:
+        for block_id in seq.block_table:
+            expected[block_id] += 1
+    actual = [block.ref_count for block in bm.blocks]
+    tables = ", ".join(f"request {seq.seq_id}={seq.block_table}" for seq in live)
+    assert_same_list(f"after engine step {step}: ref_count per block (holders: {tables})", expected, actual,
+                     label=lambda i: f"block {i}")
+    assert_same_list(f"after engine step {step}: free blocks (exactly those nobody holds)",
+                     [i for i, n in enumerate(expected) if n == 0], sorted(bm.free_block_ids))
+
+
+@pytest.mark.points(4)
+@pytest.mark.covers("lab2.prefix_hits", "lab2.can_allocate", "lab2.allocate", "lab2.take_free_block",
+                    "lab2.deallocate", "lab2.can_append", "lab2.may_append", "lab2.mark_computed")
+def test_engine_run_with_shared_prefixes_and_preemption(impl, tiny_model_dir):
+    """Your block manager inside the real engine: six requests sharing a prefix, in a pool small enough to
+    preempt. After every step the blocks are accounted for; at the end the lifecycle log is legal, every
+    block is back in the free list, and each request's tokens are transformers' own greedy tokens.
+    """
+    from lab_oracle import hf_greedy
+    llm_module, params = impl.module("llm"), impl.module("sampling_params")
+    llm = llm_module.LLM(tiny_model_dir, device="cpu", kvcache_block_size=BS, num_kvcache_blocks=12,
+                         max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64,
+                         enable_prefix_caching=True)
+    shared = tokens(10, 2 * BS)
+    prompts = [shared + tokens(100 + 10 * i, 3 + i % 3) for i in range(6)]
+    ids = [llm.add_request(p, params.SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))
+           for p in prompts]
+    outputs: dict[int, list[int]] = {seq_id: [] for seq_id in ids}
+    step = 0
+    while not llm.scheduler.is_finished():
+        for out in llm.step():
+            outputs[out.seq_id] += out.new_token_ids
+        step += 1
+        _check_holders(llm, step)
+        if step > 200:
+            pytest.fail("the engine did not finish six short requests in 200 steps", pytrace=False)
+    problems = impl.module("metrics").check_lifecycle(llm.log.events)
+    if problems:
+        pytest.fail("the lifecycle log of the run is not legal:\n  " + "\n  ".join(problems[:5]), pytrace=False)
+    if llm.block_manager.num_free_blocks != 12:
+        pytest.fail(f"{12 - llm.block_manager.num_free_blocks} block(s) still held after every request finished "
+                    "(a leak: deallocate must free each block whose last holder lets go)", pytrace=False)
+    for number, (seq_id, prompt) in enumerate(zip(ids, prompts)):
+        assert_same_list(f"request {number}'s greedy tokens", hf_greedy(tiny_model_dir, prompt, 6),
+                         outputs[seq_id], label=lambda i: f"output token {i}")

@@ -1,0 +1,229 @@
+"""What a student wrote outside the exercise regions: helpers that are carried, edits that are not.
+
+Students write region bodies, but real solutions also add an `import math` at
+the top of the file, a helper function, a constant, or a helper method on the
+class they work in. Those are *additions*: new top-level imports, functions,
+classes and assignments, and new methods or class attributes of existing
+classes. They are carried into whatever runs the student's code (the grader's
+harness and the self-check's copy), at the same place relative to the code
+around them, so a correct solution written that way scores as it should.
+
+Anything else changed outside the regions (an existing function or method
+edited, a statement removed, a new top-level statement that is not a
+definition) is an *edit outside the regions*: listed with its file, line and a
+short diff, and never run, because it would change the code the tests were
+written against. The choice costs a little: a helper that needs a changed
+line elsewhere in the file does not work. The price buys a rule a student can
+state in one sentence (docs/labs.md): add what you like, change nothing.
+
+Comparison is on the syntax tree with every region body blanked out, so
+comments, blank lines, hints and the regions themselves never count.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+from collections import defaultdict
+from dataclasses import dataclass
+
+from courseware.regions import parse_regions, render
+
+_DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+                ast.AnnAssign)
+
+
+@dataclass(frozen=True)
+class Addition:
+    """One definition the student added; `owner` is the class it belongs to (None: the module)."""
+
+    path: str
+    line: int                     # in the student's file
+    name: str                     # for messages: "import math", "def _helper", "Class.method"
+    owner: str | None
+    anchor: tuple | None          # the key of the statement it follows (None: first in its owner)
+    text: str                     # its source, dedented
+
+
+@dataclass(frozen=True)
+class OutsideEdit:
+    """A change outside the regions that is not run."""
+
+    path: str
+    line: int
+    what: str
+    diff: str
+
+    def describe(self) -> str:
+        return f"{self.path}:{self.line}: {self.what} (not run: only region bodies and added definitions are)"
+
+
+def _key(node: ast.stmt) -> tuple:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return ("import", ast.dump(node))
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return ("def", node.name)
+    if isinstance(node, ast.Assign):
+        return ("assign", tuple(ast.dump(t) for t in node.targets))
+    if isinstance(node, ast.AnnAssign):
+        return ("assign", (ast.dump(node.target),))
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        return ("docstring",)
+    return ("stmt", ast.dump(node))
+
+
+def _dump(node: ast.AST) -> str:
+    """The node's syntax tree without docstrings: rewording a docstring changes no behaviour."""
+    import copy
+    node = copy.deepcopy(node)
+    for inner in ast.walk(node):
+        body = getattr(inner, "body", None)
+        if (isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and body
+                and _key(body[0]) == ("docstring",)):
+            inner.body = body[1:] or [ast.Pass()]
+    return ast.dump(node)
+
+
+def _defines_new_names_only(node: ast.stmt) -> bool:
+    """An assignment is carried only when it binds plain names: `math.isclose = ...` patches, it does not add."""
+    if isinstance(node, ast.Assign):
+        return all(isinstance(target, ast.Name) for target in node.targets)
+    if isinstance(node, ast.AnnAssign):
+        return isinstance(node.target, ast.Name)
+    return True
+
+
+def _label(node: ast.stmt, owner: str | None) -> str:
+    prefix = f"{owner}." if owner else ""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return ast.unparse(node)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        kind = "class" if isinstance(node, ast.ClassDef) else "def"
+        return f"{kind} {prefix}{node.name}"
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return prefix + ", ".join(ast.unparse(t) for t in targets) + " = ..."
+    return ast.unparse(node).splitlines()[0][:60]
+
+
+def _first_line(node: ast.stmt) -> int:
+    decorators = getattr(node, "decorator_list", [])
+    return min([node.lineno, *(d.lineno for d in decorators)])
+
+
+def _source(lines: list[str], node: ast.stmt) -> str:
+    import textwrap
+    return textwrap.dedent("".join(lines[_first_line(node) - 1:node.end_lineno]))
+
+
+def blank_regions(text: str, path: str) -> str:
+    """The file with every region body replaced by `pass`: what the comparison looks at."""
+    return render(parse_regions(text, path), lambda region: f"{region.indent}pass\n")
+
+
+def _short_diff(old: str, new: str) -> str:
+    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+    kept = [line for line in lines if not line.startswith(("---", "+++", "@@"))]
+    return "\n".join(kept[:6]) + ("\n..." if len(kept) > 6 else "")
+
+
+def _pairs(body: list[ast.stmt]) -> dict[tuple, list[ast.stmt]]:
+    by_key: dict[tuple, list[ast.stmt]] = defaultdict(list)
+    for node in body:
+        by_key[_key(node)].append(node)
+    return by_key
+
+
+def _compare_body(path: str, mine: list[ast.stmt], theirs: list[ast.stmt], my_lines: list[str],
+                  their_lines: list[str], owner: str | None, additions: list[Addition],
+                  edits: list[OutsideEdit]) -> None:
+    """Compare one body (the module's, or one class's) statement by statement."""
+    pristine = _pairs(theirs)
+    used: dict[tuple, int] = defaultdict(int)
+    anchor: tuple | None = None
+    for node in mine:
+        key = _key(node)
+        if used[key] < len(pristine.get(key, [])):
+            original = pristine[key][used[key]]
+            used[key] += 1
+            _compare_matched(path, node, original, my_lines, their_lines, owner, additions, edits)
+            anchor = key
+        elif isinstance(node, _DEFINITIONS) and _defines_new_names_only(node):
+            additions.append(Addition(path, node.lineno, _label(node, owner), owner, anchor,
+                                      _source(my_lines, node)))
+        else:
+            edits.append(OutsideEdit(path, node.lineno, f"added `{_label(node, owner)}`", _source(my_lines, node)))
+    for key, nodes in pristine.items():
+        for node in nodes[used[key]:]:
+            edits.append(OutsideEdit(path, node.lineno, f"removed `{_label(node, owner)}`",
+                                     _short_diff(_source(their_lines, node), "")))
+
+
+def _compare_matched(path: str, mine: ast.stmt, theirs: ast.stmt, my_lines: list[str], their_lines: list[str],
+                     owner: str | None, additions: list[Addition], edits: list[OutsideEdit]) -> None:
+    if isinstance(mine, ast.ClassDef) and isinstance(theirs, ast.ClassDef) and owner is None:
+        header_mine = ast.dump(ast.ClassDef(mine.name, mine.bases, mine.keywords, [], mine.decorator_list))
+        header_theirs = ast.dump(ast.ClassDef(theirs.name, theirs.bases, theirs.keywords, [], theirs.decorator_list))
+        if header_mine != header_theirs:
+            edits.append(OutsideEdit(path, mine.lineno, f"changed the header of `class {mine.name}`",
+                                     _short_diff(their_lines[theirs.lineno - 1], my_lines[mine.lineno - 1])))
+        _compare_body(path, mine.body, theirs.body, my_lines, their_lines, mine.name, additions, edits)
+        return
+    if _dump(mine) != _dump(theirs) and _key(mine) != ("docstring",):
+        edits.append(OutsideEdit(path, mine.lineno, f"changed `{_label(mine, owner)}`",
+                                 _short_diff(_source(their_lines, theirs), _source(my_lines, mine))))
+
+
+def compare(student_text: str, pristine_text: str, path: str) -> tuple[list[Addition], list[OutsideEdit]]:
+    """The student's additions and edits outside the regions of one file, against what they started from.
+
+    Raises SyntaxError (with the student's line) when the student's file does
+    not parse even with the region bodies blanked out: the error is then
+    outside the regions.
+    """
+    mine_text, theirs_text = blank_regions(student_text, path), blank_regions(pristine_text, path)
+    mine, theirs = ast.parse(mine_text, filename=path), ast.parse(theirs_text, filename=path)
+    additions: list[Addition] = []
+    edits: list[OutsideEdit] = []
+    _compare_body(path, mine.body, theirs.body, mine_text.splitlines(keepends=True),
+                  theirs_text.splitlines(keepends=True), None, additions, edits)
+    return additions, edits
+
+
+def _insertion_line(body: list[ast.stmt], anchor: tuple | None) -> int | None:
+    """0-based line index after which an addition goes: after its anchor, else after docstring and __future__."""
+    if anchor is not None:
+        for node in body:
+            if _key(node) == anchor:
+                return node.end_lineno
+    after = None
+    for node in body:
+        is_future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
+        if _key(node) == ("docstring",) or is_future:
+            after = node.end_lineno
+        else:
+            break
+    return after if after is not None else _first_line(body[0]) - 1 if body else None
+
+
+def apply(text: str, additions: list[Addition]) -> str:
+    """`text` (a module the regions were spliced into) with the additions inserted where they belong."""
+    if not additions:
+        return text
+    tree = ast.parse(text)
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    inserts: list[tuple[int, int, str]] = []
+    for order, addition in enumerate(additions):
+        if addition.owner is None:
+            at, indent = _insertion_line(tree.body, addition.anchor), ""
+        else:
+            owner = classes.get(addition.owner)
+            if owner is None:
+                raise ValueError(f"{addition.path}: class {addition.owner} is not in the file any more")
+            at = _insertion_line(owner.body, addition.anchor)
+            indent = " " * owner.body[0].col_offset
+        block = "".join(indent + line if line.strip() else "\n" for line in addition.text.splitlines(keepends=True))
+        inserts.append((at or 0, order, "\n" + block.rstrip("\n") + "\n"))
+    lines = text.splitlines(keepends=True)
+    for at, _, block in sorted(inserts, key=lambda item: (-item[0], -item[1])):
+        lines.insert(at, block)
+    return "".join(lines)

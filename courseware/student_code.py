@@ -1,0 +1,183 @@
+"""A student's code, read the way the grader and the self-check both read it.
+
+From a student's `student_exercises/` and the package the student started
+from (the lab's release), this finds by id the bodies of the lab's exercise
+regions, the definitions added outside them (carried), and every other edit
+outside them (listed, never run). The grader splices the result into its
+harness; `inferlab check` splices it into a pristine copy of the release and
+runs the public suite there: one reading, so the two never disagree about
+what the student wrote.
+"""
+from __future__ import annotations
+
+import ast
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from courseware.additions import Addition, OutsideEdit, apply, compare
+from courseware.exercises import PACKAGE
+from courseware.regions import Region, RegionError, parse_regions, stub_body
+
+# Names in a region body worth a TA's look; they never change a score (the sandbox and the judge do that).
+SUSPICIOUS = {"_exit", "exit", "system", "popen", "Popen", "subprocess", "socket", "ctypes", "__import__",
+              "importlib", "open", "builtins", "__builtins__", "modules", "settrace", "setprofile", "isclose",
+              "testing", "signal", "kill", "sleep", "exec", "eval", "compile", "gc", "inspect", "pytest", "_pytest",
+              "golden", "environ", "setattr", "globals", "addaudithook", "fork", "chdir", "remove", "unlink",
+              "rmtree", "write_text", "write_bytes"}
+
+
+@dataclass
+class RegionStatus:
+    region_id: str
+    status: str            # attempted | not attempted | missing | broken
+    message: str = ""
+
+
+@dataclass
+class Extraction:
+    """The student's bodies for one lab's regions, ready to splice, and what happened to each region."""
+
+    bodies: dict[str, str] = field(default_factory=dict)
+    regions: list[RegionStatus] = field(default_factory=list)
+    additions: dict[str, list[Addition]] = field(default_factory=dict)     # module path -> definitions carried
+    outside_edits: list[OutsideEdit] = field(default_factory=list)         # listed, never run
+    notes: list[str] = field(default_factory=list)
+    suspicious: list[str] = field(default_factory=list)
+
+
+def _dedent(body: str) -> str:
+    """The body with its common indentation removed (students indent regions in their own way)."""
+    return textwrap.dedent(body)
+
+
+def _reindent(body: str, indent: str) -> str:
+    return "".join(indent + line if line.strip() else "\n" for line in body.splitlines(keepends=True))
+
+
+def _is_stub(body: str, region: Region) -> bool:
+    code = [line.strip() for line in body.splitlines() if line.strip() and not line.strip().startswith("#")]
+    return code == [stub_body(region).strip()]
+
+
+def _names(body: str) -> set[str]:
+    try:
+        tree = ast.parse("def _body():\n" + _reindent(body, "    "))
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def outside_regions(submission_package: Path, stubs: dict[str, str], out: Extraction) -> None:
+    """Every module's additions (carried when they compile in place) and edits outside the regions."""
+    for relpath, pristine in sorted(stubs.items()):
+        student_file = submission_package / relpath
+        shown = f"{PACKAGE}/{relpath}"
+        if not student_file.is_file() or student_file.is_symlink():
+            continue
+        try:
+            text = student_file.read_text(encoding="utf-8")
+            additions, edits = compare(text, pristine, shown)
+        except SyntaxError as err:
+            out.outside_edits.append(OutsideEdit(shown, err.lineno or 0, f"does not parse: {err.msg}",
+                                                 (err.text or "").rstrip()))
+            continue
+        except (UnicodeDecodeError, RegionError, ValueError):
+            continue                            # reported with the regions of that file
+        out.outside_edits += edits
+        for addition in additions:
+            names = sorted(_names(addition.text) & SUSPICIOUS)
+            if names:
+                out.suspicious.append(f"{shown}:{addition.line} `{addition.name}` uses {', '.join(names)}")
+        if additions:
+            try:
+                compile(apply(pristine, additions), shown, "exec", dont_inherit=True)
+                out.additions[relpath] = additions
+            except (SyntaxError, ValueError) as err:
+                names = ", ".join(a.name for a in additions)
+                out.outside_edits.append(OutsideEdit(shown, additions[0].line,
+                                                     f"added definitions ({names}) that do not fit in the file: {err}",
+                                                     ""))
+
+
+def read_student_code(submission_package: Path, given: Mapping[str, str], lab: str) -> Extraction:
+    """Cut the student's lab regions out of their `student_exercises/`, by id, whatever the line numbers.
+
+    `given` is the package the student started from (module path -> text:
+    the lab's release). A region whose file or markers are missing counts as
+    missing; one still holding the stub as not attempted; one whose body does
+    not compile in its file as broken. Those get the stub (so they fail,
+    visibly), and the others keep working: one broken region never sinks the
+    rest. Definitions added outside the regions are carried, other edits
+    outside them listed (`courseware.additions`).
+    """
+    out = Extraction()
+    outside_regions(submission_package, dict(given), out)
+    by_file: dict[str, list[Region]] = {}
+    sources = {relpath: parse_regions(text, f"{PACKAGE}/{relpath}") for relpath, text in given.items()
+               if not relpath.startswith("tests/")}
+    for relpath, source in sources.items():
+        for region in source.regions:
+            if region.lab == lab:
+                by_file.setdefault(relpath, []).append(region)
+    for relpath, regions in sorted(by_file.items()):
+        student_file = submission_package / relpath
+        shown = f"{PACKAGE}/{relpath}"
+        if not student_file.is_file() or student_file.is_symlink():
+            for region in regions:
+                out.regions.append(RegionStatus(region.region_id, "missing", f"{shown} is not in the submission"))
+            continue
+        try:
+            text = student_file.read_text(encoding="utf-8")
+            source = parse_regions(text, shown)
+        except (UnicodeDecodeError, RegionError) as err:
+            for region in regions:
+                out.regions.append(RegionStatus(region.region_id, "broken", f"region markers unreadable: {err}"))
+            continue
+        found = {r.region_id: r for r in source.regions}
+        for region in regions:
+            mine = found.get(region.region_id)
+            if mine is None:
+                out.regions.append(RegionStatus(region.region_id, "missing",
+                                                f"no `# >>> EXERCISE {region.region_id}` region in {shown}"))
+                continue
+            body = source.body(mine)
+            if _is_stub(body, region):
+                out.regions.append(RegionStatus(region.region_id, "not attempted", "still raises NotImplementedError"))
+                continue
+            spliced = _reindent(_dedent(body), region.indent)
+            problem = _compile_problem(sources[relpath], region, spliced, shown)
+            if problem:
+                out.regions.append(RegionStatus(region.region_id, "broken", problem))
+                continue
+            out.bodies[region.region_id] = spliced
+            out.regions.append(RegionStatus(region.region_id, "attempted"))
+            names = sorted(_names(spliced) & SUSPICIOUS)
+            if names:
+                out.suspicious.append(f"{region.region_id} uses {', '.join(names)}")
+    return out
+
+
+def _compile_problem(source, region: Region, body: str, shown: str) -> str:
+    """Why `body` cannot stand in for the region in the instructor's file ('' when it can)."""
+    lines = source.lines
+    text = "".join(lines[:region.body_start - 1]) + body + "".join(lines[region.end_line - 1:])
+    try:
+        compile(text, region.path, "exec", dont_inherit=True)
+    except SyntaxError as err:
+        offset = (err.lineno or region.body_start) - region.body_start + 1
+        return f"does not compile: {err.msg} (line {offset} of the region body in {shown})"
+    except ValueError as err:          # e.g. NUL bytes
+        return f"does not compile: {err}"
+    return ""
