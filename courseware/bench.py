@@ -20,6 +20,8 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from courseware.terminal import make_console
+
 QWEN3_0_6B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
                   num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
                   rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
@@ -216,7 +218,7 @@ def environment(device: str) -> dict:
 
 
 def run_bench(args, console: Console | None = None) -> dict:
-    console = console or Console()
+    console = console or make_console()
     tensor_parallel_size = getattr(args, "tensor_parallel_size", 1)
     if tensor_parallel_size > 1 and args.scheduling != "sync":
         raise SystemExit("--tensor-parallel-size > 1 needs --scheduling sync (async scheduling is single-GPU only)")

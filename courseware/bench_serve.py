@@ -245,7 +245,8 @@ def run_bench_serve_cli(args) -> int:
                       f"{r['request_throughput']:.2f}", f"{r['output_throughput']:.0f}",
                       "-" if r["goodput"] is None else f"{r['goodput']:.2f}", ms(r["ttft_s"]), ms(r["tpot_s"]),
                       "-" if r["e2el_s"]["median"] is None else f"{r['e2el_s']['median']:.2f}/{r['e2el_s']['p99']:.2f}")
-    Console().print(table)
+    from courseware.terminal import make_console
+    make_console().print(table)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from courseware.terminal import make_console
 from courseware.tiny_model import ensure_tiny_model
 from courseware.trace import request_table
 from reference import LLM, SamplingParams
@@ -38,7 +39,7 @@ DEMO_MAX_NUM_SEQS = 4
 
 def run_demo(model: str | None, device: str, log_path: str, console: Console | None = None,
              tensor_parallel_size: int = 1) -> list[dict]:
-    console = console or Console()
+    console = console or make_console()
     started = time.perf_counter()
     model_dir = ensure_tiny_model() if model is None else Path(model)
     console.print(f"[bold]model[/bold] {model_dir}")

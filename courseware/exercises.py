@@ -294,7 +294,8 @@ def command(action: str, root: Path = ROOT, console=None) -> int:
     """`inferlab exercises build | check | list`."""
     from rich.console import Console
     from rich.markup import escape
-    console = console or Console()
+    from courseware.terminal import make_console
+    console = console or make_console()
     if action == "build":
         changed = build(root)
         console.print(f"{PACKAGE}/: {len(changed)} module(s) written or removed"

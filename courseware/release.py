@@ -35,7 +35,7 @@ from courseware.later_labs import engine_section, used_support, with_standins
 
 # What a release needs from `courseware`: the tests build the tiny model, `inferlab check` scores.
 TOOL_MODULES = ("__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py", "public_grade.py",
-                "student_code.py", "additions.py", "regions.py", "exercises.py")
+                "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py")
 TUTORIAL_SUFFIXES = (".ipynb", ".py", ".md")
 
 
@@ -165,8 +165,17 @@ optional; tests marked `gpu` run only where CUDA is available.
 inferlab check {lab}
 ```
 
-runs the same tests and prints a score table (test, points, pass/fail, total). The public tests
-are not the whole grade: hidden tests check the same behaviour on other inputs.
+reads your tree the way the grader does (your region bodies, plus any imports, functions, classes,
+constants or methods you *added* outside the regions; other edits outside the regions are listed
+and not run), runs the same tests on that code, and prints a score table per test and the public
+part of your grade on the rubric's points (`{lab_folder(lab).relative_to(ROOT).as_posix()}/rubric.json`).
+The grader scores the same items from hidden tests of the same behaviour on other inputs.
+
+```bash
+inferlab demo
+```
+
+serves a small batch through your engine on the built-in tiny model.
 
 {engine_section(lab)}## Also here
 

@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from courseware.terminal import make_console
 from courseware.additions import apply
 from courseware.exercises import PACKAGE, splice, write_package
 from courseware.labs import exercise_labs, lab as registry_lab
@@ -216,7 +217,7 @@ def check(lab: str, impl: str = "student", console: Console | None = None, proje
     labs = exercise_labs(project)
     if lab not in labs:
         raise ValueError(f"unknown lab {lab!r}; this tree has public tests for: {', '.join(labs) or 'none'}")
-    console = console or Console()
+    console = console or make_console()
     package = "reference" if impl == "reference" else "student_exercises"
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="inferlab-selfcheck-") as tmp:
@@ -247,18 +248,42 @@ def check(lab: str, impl: str = "student", console: Console | None = None, proje
     return 0 if earned == possible else 1
 
 
+def demo(console: Console | None = None) -> int:
+    """`inferlab demo` in a release: your engine (earlier labs' solutions, your regions, later labs' stand-ins)
+    serves a small batch on the built-in tiny model, greedy, on the CPU."""
+    from courseware.tiny_model import ensure_tiny_model
+    from student_exercises import LLM, SamplingParams
+    console = console or make_console()
+    llm = LLM(str(ensure_tiny_model()), device="cpu")
+    prompts = ["What is a KV cache?", "Explain continuous batching.", "你好"]
+    outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=16))
+    table = Table(title="inferlab demo: your engine on the tiny model (random weights: the text is noise)")
+    for column in ("prompt", "output tokens", "text"):
+        table.add_column(column, overflow="fold")
+    for prompt, out in zip(prompts, outputs):
+        failed = out.get("error")
+        table.add_row(prompt, str(len(out["token_ids"])), escape(f"error: {failed}" if failed else repr(out["text"])))
+    console.print(table)
+    return 1 if any(out.get("error") for out in outputs) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The `inferlab` command of a student release: only `check`."""
+    """The `inferlab` command of a student release: `check` and `demo`."""
     parser = argparse.ArgumentParser(prog="inferlab", description="InferLab lab tools (student release).")
     sub = parser.add_subparsers(dest="command", required=True)
     cmd = sub.add_parser("check", help="run a lab's public tests and print your score")
     cmd.add_argument("lab", help="a lab whose public tests this tree has (student_exercises/tests/test_labN_*.py)")
+    sub.add_parser("demo", help="serve a small batch through your engine on the tiny model")
     args = parser.parse_args(argv)
     try:
-        return check(args.lab)
+        return check(args.lab) if args.command == "check" else demo()
     except (ValueError, FileNotFoundError) as err:
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {escape(str(err))}")
+        make_console(stderr=True).print(f"[bold red]error:[/bold red] {escape(str(err))}")
         return 2
+    except NotImplementedError as err:
+        make_console(stderr=True).print(f"[bold red]not written yet:[/bold red] region {escape(str(err))} "
+                                        "raises NotImplementedError: write it, then run the demo again")
+        return 1
 
 
 if __name__ == "__main__":

@@ -157,7 +157,7 @@ def read_student_code(submission_package: Path, given: Mapping[str, str], lab: s
                 out.regions.append(RegionStatus(region.region_id, "not attempted", "still raises NotImplementedError"))
                 continue
             spliced = _reindent(_dedent(body), region.indent)
-            problem = _compile_problem(sources[relpath], region, spliced, shown)
+            problem = _compile_problem(sources[relpath], region, spliced, shown, mine.body_start)
             if problem:
                 out.regions.append(RegionStatus(region.region_id, "broken", problem))
                 continue
@@ -169,15 +169,17 @@ def read_student_code(submission_package: Path, given: Mapping[str, str], lab: s
     return out
 
 
-def _compile_problem(source, region: Region, body: str, shown: str) -> str:
-    """Why `body` cannot stand in for the region in the instructor's file ('' when it can)."""
+def _compile_problem(source, region: Region, body: str, shown: str, student_start: int) -> str:
+    """Why `body` cannot stand in for the region in its file ('' when it can), naming the student's own line."""
     lines = source.lines
     text = "".join(lines[:region.body_start - 1]) + body + "".join(lines[region.end_line - 1:])
     try:
         compile(text, region.path, "exec", dont_inherit=True)
     except SyntaxError as err:
-        offset = (err.lineno or region.body_start) - region.body_start + 1
-        return f"does not compile: {err.msg} (line {offset} of the region body in {shown})"
+        offset = (err.lineno or region.body_start) - region.body_start
+        where = f"{shown}:{student_start + offset}"
+        code = (err.text or "").strip()
+        return f"does not compile: {type(err).__name__}: {err.msg} at {where}" + (f": {code}" if code else "")
     except ValueError as err:          # e.g. NUL bytes
         return f"does not compile: {err}"
     return ""

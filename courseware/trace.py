@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from courseware.terminal import make_console
 from reference.metrics import (
     PERCENTILES,
     RequestMetrics,
@@ -107,7 +108,7 @@ def _step_table(steps: list[StepMetrics]) -> Table:
 
 def render_trace(path: str | os.PathLike[str], console: Console | None = None) -> None:
     """Print the request, summary and step tables of a lifecycle log, then any lifecycle problems."""
-    console = console or Console()
+    console = console or make_console()
     events = read_log(path)
     if not events:
         console.print(f"{escape(os.fspath(path))}: no events")

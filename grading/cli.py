@@ -7,13 +7,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from courseware.terminal import make_console
 from courseware.labs import graded_labs
 
 
 def _cmd_golden(args: argparse.Namespace) -> int:
     from grading.golden import build_golden, check_golden, write_golden
     from grading.rubric import load_rubric
-    console = Console()
+    console = make_console()
     labs = [args.lab] if args.lab else graded_labs()
     status = 0
     for lab in labs:
@@ -41,7 +42,7 @@ def _cmd_golden(args: argparse.Namespace) -> int:
 def _cmd_grade_run(args: argparse.Namespace) -> int:
     from grading.report import summary_table
     from grading.grade_run import RunOptions, grade_run
-    console = Console()
+    console = make_console()
     options = RunOptions(args.lab, Path(args.submissions), Path(args.out), jobs=args.jobs, student=args.student,
                          force=args.force, spawn=args.spawn, landlock=not args.no_landlock, keep_work=args.keep_work)
     summary = grade_run(options, console)
@@ -55,7 +56,7 @@ def _cmd_grade_run(args: argparse.Namespace) -> int:
 
 def _cmd_grade_report(args: argparse.Namespace) -> int:
     from grading.report import make_reports
-    console = Console()
+    console = make_console()
     report = make_reports(Path(args.results), Path(args.out) if args.out else None, console=console)
     console.print(f"grades: [bold]{report.csv}[/bold]; feedback and Gradescope files under [bold]{report.out}[/bold]")
     return 0
@@ -63,7 +64,7 @@ def _cmd_grade_report(args: argparse.Namespace) -> int:
 
 def _cmd_grade_nbgrader(args: argparse.Namespace) -> int:
     from grading.nbgrader_bridge import run_nbgrader
-    console = Console()
+    console = make_console()
     return run_nbgrader(args.lab, Path(args.course), Path(args.results) if args.results else None,
                         assignment=args.assignment, console=console)
 

@@ -27,6 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from courseware.terminal import make_console
 from courseware.labs import exercise_labs
 from courseware.release import make_release
 from grading import RESULT_FORMAT
@@ -225,7 +226,7 @@ def prepare(options: RunOptions) -> Shared:
 
 
 def grade_run(options: RunOptions, console: Console | None = None, show_progress: bool = True) -> RunSummary:
-    console = console or Console()
+    console = console or make_console()
     started = time.monotonic()
     options.out.mkdir(parents=True, exist_ok=True)
     options = RunOptions(**{**options.__dict__, "out": options.out.resolve(),

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from courseware.terminal import make_console
 from grading.results import write_json_atomic
 
 KERNEL = "python3"
@@ -86,7 +87,7 @@ def load_nbgrader_scores(results: Path) -> dict[str, dict[str, float]]:
 
 def run_nbgrader(lab: str, course: Path, results: Path | None = None, assignment: str | None = None,
                  console: Console | None = None) -> int:
-    console = console or Console()
+    console = console or make_console()
     if not nbgrader_available():
         console.print("[bold red]nbgrader is not installed[/bold red]: pip install 'inferlab[grading]' "
                       "(nbgrader 0.9.6)")

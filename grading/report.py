@@ -125,6 +125,21 @@ def write_csv(results: list[dict[str, Any]], path: Path,
     return path
 
 
+LEGEND = """## How to read the differences
+
+- `GOOD` lines are where your engine and the reference agree (the context before a difference);
+  `BAD` is what your engine did there, `MISSING` what the reference did instead.
+- A step of an engine run is shown as `step N: {scheduled, changed, finished, free}`:
+  - `scheduled`: one entry per sequence the step ran, `r<i>:P<n>+<c>` or `r<i>:D<n>+<c>`: request `r<i>`
+    (the i-th request of the test's workload, counting from 0) got a prefill (`P`) or decode (`D`) chunk
+    of `n` new tokens, with `c` tokens already computed before it;
+  - `changed`: each request whose block table changed in that step, with its new table (physical block ids);
+  - `finished`: requests whose blocks were released in that step;
+  - `free`: how many KV blocks were free after the step.
+- `expected` is the reference's value, `got` yours; `(first wrong: ...)` points at the first element that differs.
+"""
+
+
 def feedback_markdown(result: dict[str, Any]) -> str:
     """Per-student feedback: the score, each item, and for each failed item the first difference."""
     lines = [f"# {result['lab']} feedback: {result['student_id']}", "",
@@ -144,6 +159,7 @@ def feedback_markdown(result: dict[str, Any]) -> str:
             lines += ["", item["message"], ""]
             if item["details"]:
                 lines += ["```", *item["details"], "```", ""]
+        lines += [LEGEND]
     lines += ["", "## Your exercise regions", "", "| region | status | note |", "| --- | --- | --- |"]
     for region in result["regions"]:
         lines.append(f"| `{region['region_id']}` | {region['status']} | {region['message']} |")
@@ -151,8 +167,10 @@ def feedback_markdown(result: dict[str, Any]) -> str:
         lines += ["", "## Notes from the grader", ""]
         lines += [f"- {note}" for note in result["notes"]]
         lines += [f"- flagged for review: {flag}" for flag in result["flags"]]
-    lines += ["", "Only code inside the exercise regions is graded; the grader copies those bodies into its own "
-              "copy of the engine and compares what it does with the reference, step by step.", ""]
+    lines += ["", "What runs of your files: the bodies of the exercise regions, plus the definitions you added "
+              "outside them (imports, functions, classes, constants, new methods); other changes outside the "
+              "regions are listed above and not run. The grader puts that code into its own copy of the engine "
+              "and compares what it does with the reference, step by step.", ""]
     return "\n".join(lines)
 
 

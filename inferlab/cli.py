@@ -6,6 +6,8 @@ import sys
 
 from rich.console import Console
 
+from courseware.terminal import make_console
+
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from courseware.demo import run_demo
@@ -16,7 +18,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
     from courseware.tiny_model import make_tiny_model
     path = make_tiny_model(args.dir, seed=args.seed)
-    Console().print(f"tiny Qwen3 model (seed {args.seed}) written to [bold]{path}[/bold]")
+    make_console().print(f"tiny Qwen3 model (seed {args.seed}) written to [bold]{path}[/bold]")
     return 0
 
 
@@ -34,7 +36,7 @@ def _cmd_exercises(args: argparse.Namespace) -> int:
 def _cmd_release(args: argparse.Namespace) -> int:
     from courseware.release import make_release
     out = make_release(args.lab, args.out)
-    Console().print(f"{args.lab} student release written to [bold]{out}[/bold] (see its README.md)")
+    make_console().print(f"{args.lab} student release written to [bold]{out}[/bold] (see its README.md)")
     return 0
 
 
@@ -68,7 +70,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _cmd_build(args: argparse.Namespace) -> int:
     from courseware.build import build
-    console = Console()
+    console = make_console()
     try:
         report = build(args.root, args.out, only=args.only, execute=not args.no_execute,
                        handouts=not args.no_handouts, timeout=args.timeout,

@@ -217,7 +217,7 @@ def test_release_holds_earlier_solutions_only_and_this_labs_tests(tmp_path):
     assert 'inferlab = "courseware.selfcheck:main"' in (out / "pyproject.toml").read_text()
     assert sorted(p.name for p in (out / "courseware").iterdir()) == sorted(
         ["__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py", "public_grade.py",
-         "student_code.py", "additions.py", "regions.py", "exercises.py"])
+         "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py"])
     with pytest.raises(ValueError, match="not empty"):
         make_release("lab3", out)
 

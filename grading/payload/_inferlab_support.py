@@ -105,9 +105,11 @@ def drive_engine(requests: list[tuple[list[int], dict[str, Any]]], observe, *, b
     params_cls = module("sampling_params").SamplingParams
     engine = engine_module.LLMEngine(model_dir(), device="cpu", **config)
     refused, ids = [], []
+    names: dict[int, str] = {}            # engine seq_id -> "r<i>", the i-th request of the test's workload
     for index, (prompt, params) in enumerate(requests):
         try:
             ids.append(engine.add_request(list(prompt), params_cls(**params)))
+            names[ids[-1]] = f"r{index}"
         except (ValueError, TypeError) as err:
             refused.append([index, type(err).__name__])
     observe("refused at admission", refused)
@@ -131,13 +133,14 @@ def drive_engine(requests: list[tuple[list[int], dict[str, Any]]], observe, *, b
             break
         new = events[seen:]
         seen = len(events)
-        scheduled = [f"{e['seq_id']}:{'P' if e['is_prefill'] else 'D'}{e['num_new_tokens']}"
+        scheduled = [f"{names.get(e['seq_id'], e['seq_id'])}:{'P' if e['is_prefill'] else 'D'}{e['num_new_tokens']}"
                      f"+{e['num_cached_tokens']}" for e in new if e.get("event") == "SCHEDULED"]
         record: dict[str, Any] = {"scheduled": scheduled}
         if blocks:
             tables = {sid: list(seq.block_table) for sid, seq in engine.sequences.items()}
-            record["changed"] = {str(sid): t for sid, t in sorted(tables.items()) if previous.get(sid) != t}
-            record["finished"] = sorted(sid for sid in previous if sid not in tables)
+            record["changed"] = {names.get(sid, str(sid)): t for sid, t in sorted(tables.items())
+                                 if previous.get(sid) != t}
+            record["finished"] = [names.get(sid, str(sid)) for sid in sorted(previous) if sid not in tables]
             record["free"] = engine.block_manager.num_free_blocks
             previous = tables
         observe(f"step {step}", record)

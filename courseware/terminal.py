@@ -1,0 +1,20 @@
+"""One Console for every command: readable on a terminal and when piped into a file or `less`.
+
+Rich sizes tables to the terminal; with no terminal it assumes 80 columns and
+folds every test name into slivers. Piped output gets a fixed wide width and
+no colour codes instead, so `inferlab check lab2 > out.txt` reads like the screen.
+"""
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+
+PIPED_WIDTH = 160
+
+
+def make_console(stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(stderr=stderr)
+    return Console(stderr=stderr, width=PIPED_WIDTH, no_color=True, highlight=False)
