@@ -11,6 +11,7 @@ of memory, with the allocator's expandable segments), and the result says which.
 """
 from __future__ import annotations
 
+import gc
 import json
 import platform
 import random
@@ -140,6 +141,12 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
     llm.generate([r.prompt[:64][::-1] for r in requests[:4]], warm, use_tqdm=False)
     first_event = len(llm.log.events)
     sync = torch.cuda.synchronize if llm.config.device == "cuda" else (lambda: None)
+    # What a serving engine does after start-up (vLLM freezes its heap too): the objects alive now (the
+    # model, compiled code and graphs, tens of thousands) leave the collector's sight. Without this,
+    # full collections scanning them were a large share of a synchronous decode step at batch 256
+    # (scripts/step_gap.py; docs/performance.md).
+    gc.collect()
+    gc.freeze()
     sync()
     start = time.perf_counter()
     for r in requests:
@@ -150,6 +157,7 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
         steps += 1
     sync()
     end = time.perf_counter()
+    gc.unfreeze()
     elapsed = end - start
     events = llm.log.events[first_event:]
     problems = check_lifecycle(events, async_scheduling=llm.config.async_scheduling)

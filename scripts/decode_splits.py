@@ -1,10 +1,14 @@
 """Split-K sweep for the paged decode kernel (GPU; the measurement behind `num_splits`).
 
 For each batch size and context length of the Qwen3-0.6B attention shape (16 query
-heads, 8 KV heads, head dim 128, bf16, pages of 16), times one layer's decode
-kernel with 1, 2, 4, ... 32 splits (`triton.testing.do_bench`, median, L2 flushed
-between runs) and prints, per batch, the split count with the least total time over
-the context lengths: the rule `reference.kernels.paged_decode.SPLITS_BY_BATCH` encodes.
+heads, 8 KV heads, head dim 128, bf16, pages of 16), times the decode kernel with
+1, 2, 4, ... 32 splits as the engine runs it: inside a CUDA graph (as decode steps
+replay), one call per layer over layers' own caches (up to 28, enough that together
+they exceed the 50 MB L2, as a model's layers do), median of `triton.testing.do_bench`
+over graph replays, divided by the calls. Timing single eager calls instead measures
+Triton's launch overhead (~60 us for the two kernels of a split), not the GPU.
+Prints, per batch, the split count with the least total time over the context
+lengths: the rule `reference.kernels.paged_decode.SPLITS_BY_BATCH` encodes.
 Run: python scripts/decode_splits.py [--out splits.json]
 """
 from __future__ import annotations
@@ -24,17 +28,33 @@ SPLITS = (1, 2, 4, 8, 16, 32)
 
 
 def case(batch: int, context: int, page: int = 16, kv_heads: int = 8, q_heads: int = 16, dim: int = 128):
+    """Per-layer caches (as many layers as make 256 MB, at most 28), one block table, one query."""
     blocks = (context + page - 1) // page
-    k = torch.randn(batch * blocks, page, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
-    v = torch.randn_like(k)
+    layer_bytes = 2 * batch * blocks * page * kv_heads * dim * 2
+    layers = max(1, min(28, -(-256 * 2**20 // layer_bytes)))
+    caches = [(torch.randn(batch * blocks, page, kv_heads, dim, device="cuda", dtype=torch.bfloat16),
+               torch.randn(batch * blocks, page, kv_heads, dim, device="cuda", dtype=torch.bfloat16))
+              for _ in range(layers)]
     tables = torch.randperm(batch * blocks, device="cuda").view(batch, blocks)   # scattered pages
     lens = torch.full((batch,), context, device="cuda")
     q = torch.randn(batch, q_heads, dim, device="cuda", dtype=torch.bfloat16)
-    return q, k, v, tables, lens
+    return q, caches, tables, lens, layer_bytes
+
+
+def graph_time_us(q, caches, tables, lens, splits: int) -> float:
+    """Per-call GPU time of the decode kernel(s), from replays of a graph of one call per layer."""
+    from triton.testing import do_bench
+    run = lambda: [paged_decode_attention(q, k, v, tables, lens, 128 ** -0.5, splits=splits) for k, v in caches]
+    run()   # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    ms = do_bench(graph.replay, warmup=10, rep=80, return_mode="median")
+    return ms * 1e3 / len(caches)
 
 
 def main() -> None:
-    from triton.testing import do_bench
     parser = argparse.ArgumentParser()
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -42,17 +62,15 @@ def main() -> None:
     print(f"{'batch':>5} {'context':>7} " + " ".join(f"{'s=' + str(s):>8}" for s in SPLITS) + "   best  GB/s(best)")
     for batch in BATCHES:
         for context in CONTEXTS:
-            q, k, v, tables, lens = case(batch, context)
-            times = {}
-            for s in SPLITS:
-                times[s] = do_bench(lambda: paged_decode_attention(q, k, v, tables, lens, 128 ** -0.5, splits=s),
-                                    warmup=10, rep=60, return_mode="median") * 1e3   # us
+            q, caches, tables, lens, layer_bytes = case(batch, context)
+            times = {s: graph_time_us(q, caches, tables, lens, s) for s in SPLITS}
             best = min(times, key=times.get)
-            gbps = 2 * k.numel() * k.element_size() / (times[best] * 1e-6) / 1e9
-            rows.append({"batch": batch, "context": context, "us": times, "best": best})
+            gbps = layer_bytes / (times[best] * 1e-6) / 1e9
+            rows.append({"batch": batch, "context": context, "us": times, "best": best, "layers": len(caches)})
             print(f"{batch:5d} {context:7d} " + " ".join(f"{times[s]:8.1f}" for s in SPLITS)
                   + f"   {best:4d}  {gbps:8.0f}")
-            del q, k, v, tables, lens
+            del q, caches, tables, lens
+            torch.cuda.empty_cache()
     print("\nper batch: splits with the least summed time over the contexts (rule now in code)")
     rule = []
     for batch in BATCHES:

@@ -4,9 +4,11 @@
 bench but ~10 ms in scripts/profile_decode.py. This runs the bench's engine the way
 `inferlab.bench.run_engine` does, with wall-clock timers around the engine's phases
 (schedule, prepare_decode, the forward launch, sampling with its read-back wait,
-postprocess) and around Python's garbage collections, and prints milliseconds per step
-by decode-batch band. `--gc-freeze` runs it again after `gc.freeze()` at the start.
-Run: python scripts/step_gap.py [--scheduling sync] [--out gap.json]
+postprocess) and around Python's garbage collections (a collection's time also counts
+in the phase that triggered it), and prints milliseconds per step by decode-batch band.
+Each mode is one engine: sync or async scheduling, with or without `gc.freeze()` after
+the warm-up (what `run_engine` does now).
+Run: python scripts/step_gap.py [--modes sync,sync-freeze,async-freeze] [--out gap.json]
 """
 from __future__ import annotations
 
@@ -40,6 +42,11 @@ def run(scheduling: str, freeze: bool) -> dict:
               max_num_batched_tokens=16384, kvcache_block_size=16, async_scheduling=scheduling == "async")
     warm = [SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)] * 4
     llm.generate([r.prompt[:64][::-1] for r in requests[:4]], warm, use_tqdm=False)
+    if freeze:
+        gc.collect()
+        gc.freeze()
+    else:
+        gc.unfreeze()   # run_engine freezes: undo it here, to see what collections cost without
     current: dict[str, float] = defaultdict(float)
 
     def timed(obj, name: str, label: str) -> None:
@@ -70,9 +77,6 @@ def run(scheduling: str, freeze: bool) -> dict:
         else:
             current[f"gc gen{info['generation']}"] += time.perf_counter() - gc_start[0]
     gc.callbacks.append(on_gc)
-    if freeze:
-        gc.collect()
-        gc.freeze()
     torch.cuda.synchronize()
     for r in requests:
         llm.add_request(r.prompt, SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True))
@@ -100,18 +104,18 @@ def run(scheduling: str, freeze: bool) -> dict:
     result = {"scheduling": scheduling, "gc_freeze": freeze, "elapsed_s": elapsed, "output_tok_per_s": out / elapsed,
               "bands": {b: {"steps": counts[b], **{k: v / counts[b] * 1e3 for k, v in d.items()}}
                         for b, d in bands.items()}}
-    del llm
+    del llm, runner, timed
+    gc.collect()   # the timers make reference cycles: free this engine's GPU memory before the next one
     torch.cuda.empty_cache()
     return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scheduling", default="sync", choices=["sync", "async"])
-    parser.add_argument("--gc-freeze", action="store_true", help="also run with gc.freeze() (a second engine)")
+    parser.add_argument("--modes", default="sync,sync-freeze,async-freeze")
     parser.add_argument("--out")
     args = parser.parse_args()
-    results = [run(args.scheduling, False)] + ([run(args.scheduling, True)] if args.gc_freeze else [])
+    results = [run(mode.split("-")[0], mode.endswith("-freeze")) for mode in args.modes.split(",")]
     for r in results:
         print(f"\n{r['scheduling']}, gc.freeze {r['gc_freeze']}: {r['output_tok_per_s']:,.0f} output tok/s, "
               f"{r['elapsed_s']:.2f} s   (ms per step)")
