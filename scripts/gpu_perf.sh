@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Device calls behind docs/performance.md's issue-18 figures (split-K, sampled async, fair baseline).
 #   OUT=/dir bash scripts/gpu_perf.sh splits gap both1          # call 2: graph-timed sweep, step gap, one bench
-#   OUT=/dir bash scripts/gpu_perf.sh both3 hf                 # call 2: bench-256 three times, transformers
+#   OUT=/dir bash scripts/gpu_perf.sh tests profile both3      # call 3: GPU tests, decode profile, bench-256 x3
+#   OUT=/dir bash scripts/gpu_perf.sh hf                        # call 4: bench-256 async, then transformers
 # Each part has its own time limit, so one hang cannot take the whole call.
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 INFERLAB_CACHE=/tmp/inferlab-cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -18,6 +19,7 @@ for part in "$@"; do
         tests/test_async_scheduling.py --device cuda --tb=short -x 2>&1 | tee "$OUT/tests.txt" | tail -4 ;;
     both1) timeout 200 "${BENCH[@]}" --scheduling both --out "$OUT/bench256_both_0.json" 2>&1 | tail -16 ;;
     both3) for i in 1 2 3; do timeout 150 "${BENCH[@]}" --scheduling both --out "$OUT/bench256_both_$i.json" 2>&1 | tail -14; done ;;
+    profile) timeout 200 python3 scripts/profile_decode.py --steps 20 2>&1 | tee "$OUT/profile.txt" | tail -45 ;;
     gap) timeout 240 python3 scripts/step_gap.py --out "$OUT/gap.json" 2>&1 | tail -22 ;;
     hf) timeout 560 "${BENCH[@]}" --compare hf --hf-batch-size 256 --out "$OUT/bench256_async_hf.json" 2>&1 | tail -14 ;;
   esac

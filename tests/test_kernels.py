@@ -235,6 +235,22 @@ def test_gpu_triton_backend_tokens_equal_torch_backend_fp32(tiny_model_dir):
 
 
 @pytest.mark.gpu
+def test_gpu_split_decode_tokens_equal_torch_backend_fp32(tiny_model_dir):
+    """A small batch decodes through split-K (in CUDA graphs, padding rows included) and gives the
+    torch backend's greedy tokens, fp32."""
+    from reference import LLM, SamplingParams
+    from reference.kernels.paged_decode import num_splits
+    prompts = _bench_like_prompts(6, 1024, 3)   # bucket 8: padding rows run too
+    assert num_splits(8, 8) > 1, "the batch is meant to split"
+    params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    runs = {}
+    for backend in ("torch", "triton"):
+        llm = LLM(tiny_model_dir, device="cuda", dtype="float32", attention_backend=backend, max_num_seqs=8)
+        runs[backend] = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+    assert runs["torch"] == runs["triton"]
+
+
+@pytest.mark.gpu
 def test_gpu_cuda_graphs_equal_eager_fp32(tiny_model_dir):
     from reference import LLM, SamplingParams
     prompts = _bench_like_prompts(37, 1024, 1)   # 37: not a bucket size, so padding is exercised

@@ -127,8 +127,10 @@ def _merge_splits_kernel(part_acc_ptr, part_ml_ptr, out_ptr, stride_ot, stride_o
 
 
 # Split-K rule: (largest batch, splits) pairs, first match wins; batches above the last use no split.
-# Thresholds from the sweep in scripts/decode_splits.py on an H100 (docs/performance.md, "Split-K").
-SPLITS_BY_BATCH = ((4, 16), (16, 8), (48, 4), (96, 2))
+# Each pair is the split count with the least time summed over contexts of 256, 1024 and 2048
+# tokens, for that batch, in the sweep of scripts/decode_splits.py on an H100 (docs/performance.md,
+# "Split-K"); from batch 32 on, no split was fastest.
+SPLITS_BY_BATCH = ((2, 16), (4, 8), (8, 4), (16, 2))
 
 
 def num_splits(batch: int, kv_heads: int) -> int:
