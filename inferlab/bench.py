@@ -252,6 +252,7 @@ def run_hf(model_dir: str, requests: list[Request], device: str, dtype: torch.dt
     """transformers `generate` with static batches, left-padded, greedy, no early stop."""
     import transformers
 
+    free_at_start = torch.cuda.mem_get_info()[0] if device == "cuda" else None
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
     pad = 0
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -271,8 +272,10 @@ def run_hf(model_dir: str, requests: list[Request], device: str, dtype: torch.dt
     elapsed = time.perf_counter() - start
     asked = sum(r.output_len for r in requests)
     del model
+    memory = {} if device != "cuda" else {"gpu_free_at_start_bytes": free_at_start,
+                                           "gpu_peak_allocated_bytes": torch.cuda.max_memory_allocated()}
     return {"elapsed_s": elapsed, "output_tokens": asked, "output_tok_per_s": asked / elapsed,
-            "batch_size": batch_size}
+            "batch_size": batch_size, **memory}
 
 
 # Device-to-device copy bandwidth measured on an H100 of this course's machines (docs/performance.md).
@@ -338,6 +341,7 @@ def run_bench(args, console: Console | None = None) -> dict:
     for mode in modes:   # "both": sync first, so async is not helped by a warmer machine
         result["engines"][mode] = run_engine(model_dir, requests, async_scheduling=(mode == "async"), **config)
         if device == "cuda":
+            gc.collect()
             torch.cuda.empty_cache()
     result["engine"] = result["engines"][modes[-1]]
     if len(modes) == 2:
@@ -352,6 +356,7 @@ def run_bench(args, console: Console | None = None) -> dict:
     if args.compare == "hf":
         if device == "cuda":
             torch.cuda.synchronize()
+            gc.collect()               # an engine caught in a reference cycle still holds its KV cache
             torch.cuda.empty_cache()   # the child process needs the memory the engines left cached
         result["hf"] = run_hf_best(model_dir, requests, device, dtype, args.hf_batch_size,
                                    log=lambda m: console.print(m))
