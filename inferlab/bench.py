@@ -278,6 +278,9 @@ def run_hf(model_dir: str, requests: list[Request], device: str, dtype: torch.dt
             "batch_size": batch_size, **memory}
 
 
+# What `bandwidth_ceiling` reads from a model's config.json.
+CEILING_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim")
 # Device-to-device copy bandwidth measured on an H100 of this course's machines (docs/performance.md).
 COPY_BANDWIDTH = 3.0e12
 
@@ -349,7 +352,7 @@ def run_bench(args, console: Console | None = None) -> dict:
                                      / result["engines"]["sync"]["output_tok_per_s"])
     if device == "cuda":
         shape = json.loads((Path(model_dir) / "config.json").read_text())
-        if all(k in shape for k in QWEN3_0_6B):
+        if all(k in shape for k in CEILING_KEYS):
             ceiling = bandwidth_ceiling(requests, shape, torch.finfo(dtype).bits // 8)
             ceiling["engine_fraction"] = result["engine"]["output_tok_per_s"] / ceiling["output_tok_per_s"]
             result["ceiling"] = ceiling
