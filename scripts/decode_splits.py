@@ -6,7 +6,7 @@ heads, 8 KV heads, head dim 128, bf16, pages of 16), times the decode kernel wit
 replay), one call per layer over layers' own caches (up to 28, enough that together
 they exceed the 50 MB L2, as a model's layers do), median of `triton.testing.do_bench`
 over graph replays, divided by the calls. Timing single eager calls instead measures
-Triton's launch overhead (~60 us for the two kernels of a split), not the GPU.
+Triton's launch overhead (two kernels for a split), not the GPU.
 Prints, per batch, the split count with the least total time over the context
 lengths: the rule `reference.kernels.paged_decode.SPLITS_BY_BATCH` encodes.
 Run: python scripts/decode_splits.py [--out splits.json]

@@ -1,7 +1,7 @@
 """Where a bench-256 engine step's wall time goes, phase by phase, in the benchmark itself (GPU).
 
-`inferlab bench` runs; the decode steps at batch 256 took 15 ms (synchronous) in the
-bench but ~10 ms in scripts/profile_decode.py. This runs the bench's engine the way
+A synchronous decode step at batch 256 took longer in `inferlab bench` than in
+scripts/profile_decode.py (docs/performance.md). This runs the bench's engine the way
 `inferlab.bench.run_engine` does, with wall-clock timers around the engine's phases
 (schedule, prepare_decode, the forward launch, sampling with its read-back wait,
 postprocess) and around Python's garbage collections (a collection's time also counts
