@@ -5,10 +5,13 @@ bench-256 (docs/design.md §6): 256 requests, prompt and output lengths uniform 
 tokens over wall time including prefill. `--compare hf` runs transformers'
 `generate` on the same requests in the same process: batched, left-padded,
 greedy, each batch running until its longest request is done, counting only
-the tokens each request asked for -- what static batching costs.
+the tokens each request asked for -- what static batching costs. It runs at its
+best setting that fits (`run_hf_best`: the largest batch that does not run out
+of memory, with the allocator's expandable segments), and the result says which.
 """
 from __future__ import annotations
 
+import gc
 import json
 import platform
 import random
@@ -140,6 +143,12 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
     llm.generate([r.prompt[:64][::-1] for r in requests[:4]], warm, use_tqdm=False)
     first_event = len(llm.log.events)
     sync = torch.cuda.synchronize if llm.config.device == "cuda" else (lambda: None)
+    # What a serving engine does after start-up (vLLM freezes its heap too): the objects alive now (the
+    # model, compiled code and graphs, tens of thousands) leave the collector's sight. Without this,
+    # full collections scanning them were a large share of a synchronous decode step at batch 256
+    # (scripts/step_gap.py; docs/performance.md).
+    gc.collect()
+    gc.freeze()
     sync()
     start = time.perf_counter()
     for r in requests:
@@ -150,6 +159,7 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
         steps += 1
     sync()
     end = time.perf_counter()
+    gc.unfreeze()
     elapsed = end - start
     events = llm.log.events[first_event:]
     problems = check_lifecycle(events, async_scheduling=llm.config.async_scheduling)
@@ -176,10 +186,75 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
     return result
 
 
+HF_ALLOCATOR = "expandable_segments:True"
+
+
+def hf_batch_sizes(largest: int, num_requests: int) -> list[int]:
+    """Batch sizes to try for transformers, largest first: `largest` (at most every request at once),
+    then halving down to 1."""
+    size = max(1, min(largest, num_requests))
+    sizes = [size]
+    while size > 1:
+        size //= 2
+        sizes.append(size)
+    return sizes
+
+
+def run_hf_best(model_dir: str, requests: list[Request], device: str, dtype: torch.dtype, largest: int,
+                log=print) -> dict:
+    """transformers at its best setting that fits: the largest batch that runs without running out of memory.
+
+    Each try runs in a fresh Python process with PYTORCH_CUDA_ALLOC_CONF set to
+    `HF_ALLOCATOR` (the allocator reads it when CUDA starts, so it cannot be
+    changed in this process, whose engine already started CUDA): transformers'
+    KV cache grows by concatenation, and without expandable segments it
+    fragments memory and runs out at batch 256 on an 80 GB GPU. The result
+    says which setting ran and what the failed tries were.
+    """
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    attempts = []
+    for batch_size in hf_batch_sizes(largest, len(requests)):
+        with tempfile.TemporaryDirectory() as tmp:
+            spec, out = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+            spec.write_text(json.dumps({"model_dir": model_dir, "device": device, "dtype": str(dtype).split(".")[-1],
+                                        "batch_size": batch_size, "requests": [asdict(r) for r in requests]}))
+            env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": HF_ALLOCATOR}
+            log(f"transformers generate, batch {batch_size}, PYTORCH_CUDA_ALLOC_CONF={HF_ALLOCATOR}")
+            proc = subprocess.run([sys.executable, "-c", "import sys; from inferlab.bench import _hf_child; "
+                                   "_hf_child(sys.argv[1], sys.argv[2])", str(spec), str(out)], env=env,
+                                  capture_output=True, text=True)
+            result = json.loads(out.read_text()) if out.is_file() else None
+        if result is not None and not result.get("out_of_memory"):
+            result.update(allocator=HF_ALLOCATOR, attempts=attempts)
+            return result
+        reason = "out of memory" if result is not None else f"exit code {proc.returncode}: {proc.stderr[-2000:]}"
+        attempts.append({"batch_size": batch_size, "allocator": HF_ALLOCATOR, "failed": reason})
+        if result is None:   # not a memory failure: a smaller batch would fail the same way
+            raise RuntimeError(f"transformers generate failed at batch {batch_size} ({reason})")
+    raise RuntimeError(f"transformers generate ran out of memory at every batch size: {attempts}")
+
+
+def _hf_child(spec_path: str, out_path: str) -> None:
+    """One `run_hf` in this (fresh) process; writes its result, or {"out_of_memory": true}."""
+    spec = json.loads(Path(spec_path).read_text())
+    requests = [Request(**r) for r in spec["requests"]]
+    try:
+        result = run_hf(spec["model_dir"], requests, spec["device"], getattr(torch, spec["dtype"]),
+                        spec["batch_size"])
+    except torch.OutOfMemoryError:
+        result = {"out_of_memory": True, "batch_size": spec["batch_size"]}
+    Path(out_path).write_text(json.dumps(result))
+
+
 def run_hf(model_dir: str, requests: list[Request], device: str, dtype: torch.dtype, batch_size: int) -> dict:
     """transformers `generate` with static batches, left-padded, greedy, no early stop."""
     import transformers
 
+    free_at_start = torch.cuda.mem_get_info()[0] if device == "cuda" else None
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
     pad = 0
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -199,8 +274,35 @@ def run_hf(model_dir: str, requests: list[Request], device: str, dtype: torch.dt
     elapsed = time.perf_counter() - start
     asked = sum(r.output_len for r in requests)
     del model
+    memory = {} if device != "cuda" else {"gpu_free_at_start_bytes": free_at_start,
+                                           "gpu_peak_allocated_bytes": torch.cuda.max_memory_allocated()}
     return {"elapsed_s": elapsed, "output_tokens": asked, "output_tok_per_s": asked / elapsed,
-            "batch_size": batch_size}
+            "batch_size": batch_size, **memory}
+
+
+# What `bandwidth_ceiling` reads from a model's config.json.
+CEILING_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim")
+# Device-to-device copy bandwidth measured on an H100 of this course's machines (docs/performance.md).
+COPY_BANDWIDTH = 3.0e12
+
+
+def bandwidth_ceiling(requests: list[Request], shape: dict, dtype_bytes: int, bandwidth: float = COPY_BANDWIDTH,
+                      num_parameters: int | None = None) -> dict:
+    """Output tok/s if decode did nothing but read its bytes at `bandwidth`: every cached K/V once per
+    generated token, and the weights once per decode step (the longest request's output - 1 steps).
+    Prefill and everything else count as free, so no engine reaches it."""
+    per_token = 2 * shape["num_hidden_layers"] * shape["num_key_value_heads"] * shape["head_dim"] * dtype_bytes
+    kv_tokens = sum((r.output_len - 1) * len(r.prompt) + (r.output_len - 1) * r.output_len / 2 for r in requests)
+    if num_parameters is None:
+        h, i, d = shape["hidden_size"], shape["intermediate_size"], shape["head_dim"]
+        q, kv = shape["num_attention_heads"] * d, shape["num_key_value_heads"] * d
+        num_parameters = shape["vocab_size"] * h + shape["num_hidden_layers"] * (h * (q + 2 * kv) + q * h + 3 * h * i)
+    steps = max(r.output_len for r in requests) - 1
+    seconds = (per_token * kv_tokens + num_parameters * dtype_bytes * steps) / bandwidth
+    output = sum(r.output_len for r in requests)
+    return {"bandwidth_bytes_per_s": bandwidth, "kv_bytes": per_token * kv_tokens, "decode_steps": steps,
+            "seconds": seconds, "output_tok_per_s": output / seconds}
 
 
 def environment(device: str) -> dict:
@@ -244,14 +346,28 @@ def run_bench(args, console: Console | None = None) -> dict:
     for mode in modes:   # "both": sync first, so async is not helped by a warmer machine
         result["engines"][mode] = run_engine(model_dir, requests, async_scheduling=(mode == "async"), **config)
         if device == "cuda":
+            gc.collect()
             torch.cuda.empty_cache()
     result["engine"] = result["engines"][modes[-1]]
     if len(modes) == 2:
         result["async_over_sync"] = (result["engines"]["async"]["output_tok_per_s"]
                                      / result["engines"]["sync"]["output_tok_per_s"])
+    if device == "cuda":
+        shape = json.loads((Path(model_dir) / "config.json").read_text())
+        if all(k in shape for k in CEILING_KEYS):
+            ceiling = bandwidth_ceiling(requests, shape, torch.finfo(dtype).bits // 8)
+            ceiling["engine_fraction"] = result["engine"]["output_tok_per_s"] / ceiling["output_tok_per_s"]
+            result["ceiling"] = ceiling
     if args.compare == "hf":
-        result["hf"] = run_hf(model_dir, requests, device, dtype, args.hf_batch_size)
+        if device == "cuda":
+            torch.cuda.synchronize()
+            gc.collect()               # an engine caught in a reference cycle still holds its KV cache
+            torch.cuda.empty_cache()   # the child process needs the memory the engines left cached
+        result["hf"] = run_hf_best(model_dir, requests, device, dtype, args.hf_batch_size,
+                                   log=lambda m: console.print(m))
         result["speedup_vs_hf"] = result["engine"]["output_tok_per_s"] / result["hf"]["output_tok_per_s"]
+        if "ceiling" in result:
+            result["ceiling"]["hf_fraction"] = result["hf"]["output_tok_per_s"] / result["ceiling"]["output_tok_per_s"]
     print_result(result, console)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -277,5 +393,14 @@ def print_result(result: dict, console: Console) -> None:
     console.print(table)
     if "async_over_sync" in result:
         console.print(f"async / sync scheduling: [bold]{result['async_over_sync']:.2f}x[/bold]")
+    if "ceiling" in result:
+        c = result["ceiling"]
+        console.print(f"KV-bandwidth ceiling ({c['bandwidth_bytes_per_s'] / 1e12:.1f} TB/s): "
+                      f"{c['output_tok_per_s']:,.0f} output tok/s; engine at [bold]{c['engine_fraction']:.1%}[/bold]"
+                      + (f", transformers at {c['hf_fraction']:.1%}" if "hf_fraction" in c else ""))
     if "speedup_vs_hf" in result:
-        console.print(f"engine / transformers: [bold]{result['speedup_vs_hf']:.2f}x[/bold]")
+        h = result["hf"]
+        console.print(f"engine / transformers: [bold]{result['speedup_vs_hf']:.2f}x[/bold] (transformers at batch "
+                      f"{h['batch_size']}, PYTORCH_CUDA_ALLOC_CONF={h.get('allocator', 'default')}"
+                      + (f"; failed first: {[a['batch_size'] for a in h['attempts']]}" if h.get("attempts") else "")
+                      + ")")

@@ -96,7 +96,19 @@ def test_stop_tokens_throw_away_one_extra_token(tiny_model_dir, device):
     assert_clean_end(llm)
 
 
-def test_sampled_requests_fall_back_and_keep_their_seeds(tiny_model_dir, device):
+def count_sampled_launches(llm: LLM) -> list[int]:
+    """Count the overlapped decode steps whose batch holds a sampled (non-greedy) request."""
+    calls = [0]
+    original = llm.model_runner.launch_decode
+
+    def counted(seqs, previous):
+        calls[0] += any(not seq.sampling_params.greedy for seq in seqs)
+        return original(seqs, previous)
+    llm.model_runner.launch_decode = counted
+    return calls
+
+
+def test_greedy_and_sampled_requests_overlap_and_keep_their_seeds(tiny_model_dir, device):
     prompts = random_prompts([8, 15, 23, 30], VOCAB, seed=3)
     params = [greedy(20, ignore_eos=True), SamplingParams(temperature=0.8, top_p=0.9, seed=4, max_tokens=14,
                                                           ignore_eos=True),
@@ -104,10 +116,79 @@ def test_sampled_requests_fall_back_and_keep_their_seeds(tiny_model_dir, device)
                                                           ignore_eos=True)]
     expected = results(make_llm(tiny_model_dir, device, False), prompts, params)
     llm = make_llm(tiny_model_dir, device, True)
-    launched = count_calls(llm, "launch_decode")
+    sampled_launches = count_sampled_launches(llm)
     assert results(llm, prompts, params) == expected
-    assert launched[0] > 0, "after the sampled requests end, the greedy ones should overlap"
+    assert sampled_launches[0] > 0, "batches with sampled requests should overlap too"
     assert_clean_end(llm)
+
+
+def sampled(max_tokens: int, k: int, **kw) -> SamplingParams:
+    """The k-th of a few sampling settings (temperature, top-k, top-p, both), seeded with k."""
+    settings = [dict(temperature=0.7), dict(temperature=1.0, top_k=20), dict(temperature=0.9, top_p=0.8),
+                dict(temperature=1.3, top_k=50, top_p=0.95)]
+    return SamplingParams(max_tokens=max_tokens, seed=k, **settings[k % len(settings)], **kw)
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_sampled_requests_same_tokens_as_synchronous_engine(tiny_model_dir, device, scenario):
+    """Every request sampled with its own seed: the overlapped engine draws the synchronous engine's tokens."""
+    lengths, max_tokens, overrides = SCENARIOS[scenario]
+    prompts = random_prompts(lengths, VOCAB, seed=13)
+    params = [sampled(n, k, ignore_eos=True) for k, n in enumerate(max_tokens)]
+    expected = results(make_llm(tiny_model_dir, device, False, **overrides), prompts, params)
+    llm = make_llm(tiny_model_dir, device, True, **overrides)
+    sampled_launches = count_sampled_launches(llm)
+    assert results(llm, prompts, params) == expected
+    assert sampled_launches[0] > 0, "the overlapped path never ran"
+    assert_clean_end(llm)
+
+
+def test_sampled_requests_without_seeds_and_with_stop_tokens(tiny_model_dir, device):
+    """Unseeded requests take their seeds from the engine's seed in arrival order; a sampled stop token
+    ends a request one step before the overlapped engine notices, and the extra draw is thrown away."""
+    prompts = random_prompts([7, 19, 26, 12, 31, 9], VOCAB, seed=5)
+    free_run = results(make_llm(tiny_model_dir, device, False), prompts,
+                       [SamplingParams(temperature=0.8, max_tokens=30, ignore_eos=True)] * len(prompts))
+    stops = sorted({ids[k] for ids, _ in free_run for k in (4, 11)})[:4]
+    params = [SamplingParams(temperature=0.8, top_k=40, max_tokens=30, stop_token_ids=stops)] * len(prompts)
+    expected = results(make_llm(tiny_model_dir, device, False), prompts, params)
+    assert any(reason == "stop" for _, reason in expected), "the stop tokens are meant to stop someone"
+    llm = make_llm(tiny_model_dir, device, True)
+    sampled_launches = count_sampled_launches(llm)
+    assert results(llm, prompts, params) == expected
+    assert sampled_launches[0] > 0
+    assert_clean_end(llm)
+
+
+@pytest.mark.parametrize("top_k, top_p, temperature", [(0, 1.0, 1.0), (20, 1.0, 0.7), (0, 0.9, 1.2), (50, 0.8, 0.5)])
+def test_device_sampler_is_torch_multinomial_on_the_cpu(top_k, top_p, temperature):
+    """On the CPU, the sampler that needs no read-back draws exactly what torch.multinomial draws
+    from the same generator state: sampled outputs made before it are unchanged."""
+    import torch
+
+    from reference.layers.sampler import filter_top_k_top_p, sample_row
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    for seed in range(5):
+        logits = torch.randn(2000, generator=torch.Generator().manual_seed(100 + seed)) * 4
+        ours, theirs = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        for _ in range(4):
+            probs = torch.softmax(filter_top_k_top_p(logits / temperature, top_k, top_p), dim=-1)
+            assert int(sample_row(logits, params, ours)) == int(torch.multinomial(probs, 1, generator=theirs))
+
+
+def test_a_row_that_cannot_be_sampled_raises_as_multinomial_does():
+    import torch
+
+    from reference.layers.sampler import INVALID_PROBABILITIES, sample, sample_on_device
+    logits = torch.randn(3, 100)
+    logits[1, 7] = float("nan")
+    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, seed=1), SamplingParams(seed=2)]
+    generators = [None, torch.Generator().manual_seed(1), torch.Generator().manual_seed(2)]
+    tokens = sample_on_device(logits, params, generators).tolist()
+    assert tokens[1] == -1 and tokens[0] >= 0 and tokens[2] >= 0
+    with pytest.raises(RuntimeError, match="inf"):
+        sample(logits, params, generators)
+    assert "inf" in INVALID_PROBABILITIES
 
 
 def test_requests_arriving_mid_run(tiny_model_dir, device):

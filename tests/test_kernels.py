@@ -83,6 +83,40 @@ def test_interpreted_decode_zero_length_rows_are_zero(interpreted_kernels):
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("splits", [2, 4, 8])
+@pytest.mark.parametrize("q_heads, kv_heads, head_dim, page, block_n", [(4, 2, 16, 4, 8), (16, 2, 64, 16, 16)])
+def test_interpreted_split_decode_matches_oracle(interpreted_kernels, splits, q_heads, kv_heads, head_dim, page,
+                                                 block_n):
+    """Split-K: slices of whole tiles, merged; contexts shorter than the slices leave some empty."""
+    _, paged_decode = interpreted_kernels
+    for seed in range(2):
+        q, kc, vc, tables, lens = random_paged_case(5, q_heads, kv_heads, head_dim, page, torch.float32, "cpu",
+                                                    seed)
+        lens[2] = 1                                  # one token: every slice but the first is empty
+        got = paged_decode.paged_decode_attention(q, kc, vc, tables, lens, head_dim ** -0.5, block_n=block_n,
+                                                  splits=splits)
+        want = oracle_decode(q, kc, vc, tables, lens, head_dim ** -0.5)
+        assert rel_err(got, want) < REL_TOL[torch.float32], f"seed {seed}"
+
+
+def test_interpreted_split_decode_zero_length_rows_are_zero(interpreted_kernels):
+    _, paged_decode = interpreted_kernels
+    q, kc, vc, tables, lens = random_paged_case(3, 4, 2, 16, 4, torch.float32, "cpu", 1)
+    lens[1] = 0
+    out = paged_decode.paged_decode_attention(q, kc, vc, tables, lens, 0.25, block_n=8, splits=4)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    assert torch.isfinite(out).all()
+
+
+def test_split_rule_splits_small_batches_only():
+    """The rule gives powers of two that do not grow with the batch, and no split at the bench's batch 256."""
+    from reference.kernels.paged_decode import num_splits
+    splits = [num_splits(b, 8) for b in range(1, 513)]
+    assert all(s & (s - 1) == 0 for s in splits)
+    assert all(a >= b for a, b in zip(splits, splits[1:]))
+    assert num_splits(256, 8) == 1 and num_splits(1, 8) > 1
+
+
 @pytest.mark.parametrize("kv_heads, head_dim", [(2, 16), (8, 32)])
 def test_interpreted_store_matches_oracle(interpreted_kernels, kv_heads, head_dim):
     kv_store, _ = interpreted_kernels
@@ -114,6 +148,19 @@ def test_gpu_decode_matches_oracle(dtype, q_heads, kv_heads, page):
         q, kc, vc, tables, lens = random_paged_case(64, q_heads, kv_heads, 128, page, dtype, "cuda", seed)
         want = oracle_decode(q.float(), kc.float(), vc.float(), tables, lens, 128 ** -0.5)
         got = paged_decode_attention(q, kc, vc, tables, lens, 128 ** -0.5)
+        assert rel_err(got, want) < REL_TOL[dtype], f"seed {seed}: {rel_err(got, want):.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("splits", [2, 8, 16])
+def test_gpu_split_decode_matches_oracle(dtype, splits):
+    from reference.kernels.paged_decode import paged_decode_attention
+    for seed in range(3):
+        q, kc, vc, tables, lens = random_paged_case(8, 16, 8, 128, 16, dtype, "cuda", seed)
+        lens[3] = 1
+        want = oracle_decode(q.float(), kc.float(), vc.float(), tables, lens, 128 ** -0.5)
+        got = paged_decode_attention(q, kc, vc, tables, lens, 128 ** -0.5, splits=splits)
         assert rel_err(got, want) < REL_TOL[dtype], f"seed {seed}: {rel_err(got, want):.2e}"
 
 
@@ -185,6 +232,22 @@ def test_gpu_triton_backend_tokens_equal_torch_backend_fp32(tiny_model_dir):
         runs[backend] = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
     diff = [i for i, (a, b) in enumerate(zip(runs["torch"], runs["triton"])) if a != b]
     assert not diff, f"sequences {diff} differ between backends"
+
+
+@pytest.mark.gpu
+def test_gpu_split_decode_tokens_equal_torch_backend_fp32(tiny_model_dir):
+    """A small batch decodes through split-K (in CUDA graphs, padding rows included) and gives the
+    torch backend's greedy tokens, fp32."""
+    from reference import LLM, SamplingParams
+    from reference.kernels.paged_decode import num_splits
+    prompts = _bench_like_prompts(6, 1024, 3)   # bucket 8: padding rows run too
+    assert num_splits(8, 8) > 1, "the batch is meant to split"
+    params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    runs = {}
+    for backend in ("torch", "triton"):
+        llm = LLM(tiny_model_dir, device="cuda", dtype="float32", attention_backend=backend, max_num_seqs=8)
+        runs[backend] = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+    assert runs["torch"] == runs["triton"]
 
 
 @pytest.mark.gpu

@@ -138,7 +138,9 @@ class LLMEngine:
             seed = sampling_params.seed
             if seed is None:
                 seed = int(torch.randint(0, 2**62, (1,), generator=self._rng))
-            seq.generator = torch.Generator().manual_seed(seed)
+            # On the model's device: the noise a draw needs (one value per vocabulary entry) is
+            # made where the logits are, and a decode step can sample without waiting for the host.
+            seq.generator = torch.Generator(device=self.config.device).manual_seed(seed)
         self.sequences[seq.seq_id] = seq
         # >>> EXERCISE lab1.emit_arrival: Log ARRIVED, then queue the request with the scheduler (which logs QUEUED).
         # HINT: ARRIVED carries prompt_len and uses `now`, the arrival time the Sequence recorded.
@@ -257,10 +259,14 @@ class LLMEngine:
         that samples a stop token has already been scheduled for one more
         token, which is thrown away. Greedy tokens are the same as without it.
 
+        Sampled requests (temperature, top-k, top-p) overlap too: the runner
+        samples on the device (`sample_on_device`), each request drawing from
+        its own generator once per token, as a synchronous step would, so
+        seeded requests get the same tokens as without overlap.
+
         It overlaps only plain decode: with requests waiting (a prefill may
-        come), a possible preemption, or a sampled (non-greedy) request, the
-        step in flight is read back first and `done` is False: the caller runs
-        an ordinary synchronous step.
+        come) or a possible preemption, the step in flight is read back first
+        and `done` is False: the caller runs an ordinary synchronous step.
         """
         outputs: list[StepOutput] = []
         previous = self._in_flight
@@ -292,14 +298,16 @@ class LLMEngine:
     def _can_overlap(self) -> bool:
         """May the next step be scheduled before the tokens in flight are known?
 
-        Only if it is sure to be a decode step of greedy sequences that needs
-        no preemption: nobody waiting, nobody mid-prefill, and a free block for
-        every running sequence.
+        Only if it is sure to be a decode step that needs no preemption:
+        nobody waiting, nobody mid-prefill, and a free block for every running
+        sequence. Sampled sequences too, if the runner samples on the device
+        (`samples_in_flight`); a runner without it overlaps greedy ones only.
         """
         running = self.scheduler.running
+        sampled_ok = getattr(self.model_runner, "samples_in_flight", False)
         return (bool(running) and not self.scheduler.waiting
                 and self.block_manager.num_free_blocks >= len(running)
-                and all(seq.sampling_params.greedy and not seq.in_prefill for seq in running))
+                and all((sampled_ok or seq.sampling_params.greedy) and not seq.in_prefill for seq in running))
 
     def _read_back(self, in_flight: InFlightStep) -> list[StepOutput]:
         """Wait for a step in flight and postprocess it as a synchronous step would."""

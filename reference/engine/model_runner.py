@@ -21,7 +21,7 @@ from reference.config import Config
 from reference.distributed.parallel_state import agree_on_min, layout_for, tp_rank
 from reference.engine.sequence import Sequence
 from reference.layers.attention import AttentionMetadata, make_backend
-from reference.layers.sampler import sample
+from reference.layers.sampler import check_sampled, sample, sample_on_device
 from reference.models.loader import load_weights
 from reference.models.qwen3 import ElementwiseOps, Qwen3Attention, Qwen3ForCausalLM
 
@@ -61,9 +61,10 @@ class InFlightStep:
         return cls(seqs, device_tokens, host, copied, row_of)
 
     def tokens(self) -> list[int]:
+        """The sampled ids; raises if a sampled row had no valid distribution (NaN logits)."""
         if self.copied is not None:
             self.copied.synchronize()
-        return self.host_tokens.tolist()
+        return check_sampled(self.host_tokens.tolist())
 
 
 # On the CPU the KV pool gets as many bytes as the weights, and at least this much.
@@ -86,6 +87,9 @@ def set_cpu_threads(model: torch.nn.Module, requested: int | None) -> None:
 
 
 class ModelRunner:
+    # launch_decode samples sampled requests on the device too (the engine may overlap them).
+    samples_in_flight = True
+
     def __init__(self, config: Config):
         self.config = config
         self.device = torch.device(config.device)
@@ -315,11 +319,12 @@ class ModelRunner:
     # -- one step --------------------------------------------------------------
     @torch.inference_mode()
     def launch_decode(self, seqs: list[Sequence], previous: InFlightStep | None) -> InFlightStep:
-        """Queue a greedy decode step on the device and return without waiting for it.
+        """Queue a decode step on the device and return without waiting for it.
 
         Sequences that were in `previous` carry a PENDING_TOKEN placeholder as
         their newest token; their input id is taken from `previous`'s sampled
-        ids on the device, so the host never needs to know it.
+        ids on the device, so the host never needs to know it. Greedy rows
+        take the argmax, sampled rows draw on the device (`sample_on_device`).
         """
         input_ids, positions, meta = self.prepare_decode(seqs)
         if previous is not None:
@@ -328,7 +333,9 @@ class ModelRunner:
             from_previous = previous.device_tokens[source.clamp(min=0)]
             input_ids = torch.where(source >= 0, from_previous, input_ids)
         hidden = self._decode_forward(input_ids, positions, meta)
-        return InFlightStep.start(seqs, self.model.compute_logits(hidden).argmax(dim=-1))
+        logits = self.model.compute_logits(hidden)
+        tokens = sample_on_device(logits, [seq.sampling_params for seq in seqs], [seq.generator for seq in seqs])
+        return InFlightStep.start(seqs, tokens)
 
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         meta: AttentionMetadata) -> torch.Tensor:

@@ -114,7 +114,8 @@ def accept(engine, handoff: Handoff, pipe, peer: int, staging: torch.device) -> 
     for token in handoff.token_ids[handoff.num_prompt_tokens:]:
         seq.append_token(token)
     if handoff.generator_state is not None:
-        seq.generator = torch.Generator().set_state(handoff.generator_state)
+        # On the engine's device, as LLMEngine.enqueue makes it (a CUDA generator's state fits no CPU one).
+        seq.generator = torch.Generator(device=engine.config.device).set_state(handoff.generator_state)
     seq.first_scheduled_time, seq.first_token_time = handoff.first_scheduled_time, handoff.first_token_time
     if not engine.block_manager.can_allocate(seq):
         pipe.send(("defer",))

@@ -6,6 +6,9 @@ import torch
 
 from student_exercises.sampling_params import SamplingParams
 
+# What torch.multinomial says of such a row; the engine fails the request with it.
+INVALID_PROBABILITIES = "probability tensor contains either `inf`, `nan` or element < 0"
+
 
 def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """Mask (to -inf) every token outside the top-k and outside the top-p nucleus.
@@ -27,17 +30,52 @@ def filter_top_k_top_p(logits: torch.Tensor, top_k: int, top_p: float) -> torch.
     return logits
 
 
+def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> torch.Tensor:
+    """One sampled token of one row of logits, as a 0-d int64 tensor on the logits' device; -1 if the
+    probabilities are not a distribution (NaN or inf logits).
+
+    This is `torch.multinomial(probs, 1, generator)` written out: for one
+    sample it draws Exp(1) noise q, one value per token, and takes
+    argmax(probs / q) (the Gumbel-max trick). Written out, it needs no answer
+    from the device: nothing waits for the GPU, so a decode step with sampled
+    requests can be launched before the previous one is read back (async
+    scheduling), and the token still feeds the next step on the device. On the
+    CPU it is bit for bit the multinomial draw, from the same generator state.
+    """
+    row = filter_top_k_top_p(logits.float() / params.temperature, params.top_k, params.top_p)
+    probs = torch.softmax(row, dim=-1)
+    noise_device = generator.device if generator is not None else probs.device
+    noise = torch.empty(probs.shape, dtype=probs.dtype, device=noise_device).exponential_(1, generator=generator)
+    if noise.device != probs.device:   # a generator elsewhere: copy without waiting for the device
+        noise = noise.pin_memory().to(probs.device, non_blocking=True) if noise.device.type == "cpu" else \
+            noise.to(probs.device)
+    valid = (probs.max() < float("inf")) & (probs.min() >= 0)
+    return torch.where(valid, torch.argmax(probs / noise), -1)
+
+
+def sample_on_device(logits: torch.Tensor, params: list[SamplingParams],
+                     generators: list[torch.Generator | None]) -> torch.Tensor:
+    """One token per row, left on the logits' device (int64; -1 marks a row that cannot be sampled).
+
+    Greedy rows take the argmax; sampled rows draw with their own generator,
+    so a seeded request gets the same tokens whatever else shares its batch.
+    Nothing here waits for the device.
+    """
+    tokens = logits.argmax(dim=-1)   # in the model's dtype: no fp32 copy of the whole batch
+    for i, (p, gen) in enumerate(zip(params, generators)):
+        if not p.greedy:
+            tokens[i] = sample_row(logits[i], p, gen)
+    return tokens
+
+
+def check_sampled(tokens: list[int]) -> list[int]:
+    """Raise as torch.multinomial would if some row could not be sampled (`sample_row` gave -1)."""
+    if any(t < 0 for t in tokens):
+        raise RuntimeError(INVALID_PROBABILITIES)
+    return tokens
+
+
 def sample(logits: torch.Tensor, params: list[SamplingParams],
            generators: list[torch.Generator | None]) -> list[int]:
-    """One token per row. Greedy rows take the argmax; sampled rows draw with their own generator.
-
-    Sampling runs on the CPU with a per-request generator, so a seeded request
-    gets the same tokens whatever else shares its batch.
-    """
-    tokens = logits.argmax(dim=-1).tolist()   # in the model's dtype: no fp32 copy of the whole batch
-    for i, (p, gen) in enumerate(zip(params, generators)):
-        if p.greedy:
-            continue
-        row = filter_top_k_top_p(logits[i].float().cpu() / p.temperature, p.top_k, p.top_p)
-        tokens[i] = int(torch.multinomial(torch.softmax(row, dim=-1), 1, generator=gen))
-    return tokens
+    """One token per row, read back to the host (see `sample_on_device`)."""
+    return check_sampled(sample_on_device(logits, params, generators).tolist())
