@@ -224,7 +224,7 @@ def run_hf_best(model_dir: str, requests: list[Request], device: str, dtype: tor
                                         "batch_size": batch_size, "requests": [asdict(r) for r in requests]}))
             env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": HF_ALLOCATOR}
             log(f"transformers generate, batch {batch_size}, PYTORCH_CUDA_ALLOC_CONF={HF_ALLOCATOR}")
-            proc = subprocess.run([sys.executable, "-c", "import sys; from inferlab.bench import _hf_child; "
+            proc = subprocess.run([sys.executable, "-c", "import sys; from courseware.bench import _hf_child; "
                                    "_hf_child(sys.argv[1], sys.argv[2])", str(spec), str(out)], env=env,
                                   capture_output=True, text=True)
             result = json.loads(out.read_text()) if out.is_file() else None

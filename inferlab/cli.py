@@ -162,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="random-weight model of this shape (no download)")
     bench.add_argument("--model", default=None, help="a real Hugging Face checkpoint folder instead of --shape")
     bench.add_argument("--compare", choices=["hf", "none"], default="none")
-    bench.add_argument("--hf-batch-size", type=int, default=64)
+    bench.add_argument("--hf-batch-size", type=int, default=256,
+                       help="the largest transformers batch tried with --compare hf (halved on out-of-memory)")
     bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     bench.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
     bench.add_argument("--backend", choices=["auto", "torch", "triton", "flash-attn"], default="auto")

@@ -2,7 +2,7 @@
 
 A synchronous decode step at batch 256 took longer in `inferlab bench` than in
 scripts/profile_decode.py (docs/performance.md). This runs the bench's engine the way
-`inferlab.bench.run_engine` does, with wall-clock timers around the engine's phases
+`courseware.bench.run_engine` does, with wall-clock timers around the engine's phases
 (schedule, prepare_decode, the forward launch, sampling with its read-back wait,
 postprocess) and around Python's garbage collections (a collection's time also counts
 in the phase that triggered it), and prints milliseconds per step by decode-batch band.
@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, ".")
 import reference.engine.model_runner as model_runner_module  # noqa: E402
-from inferlab.bench import BATCH_BANDS, make_random_model, make_workload, random_model_dir  # noqa: E402
+from courseware.bench import BATCH_BANDS, make_random_model, make_workload, random_model_dir  # noqa: E402
 from reference import LLM, SamplingParams  # noqa: E402
 
 
