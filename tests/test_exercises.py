@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -218,6 +219,10 @@ def test_release_holds_earlier_solutions_only_and_this_labs_tests(tmp_path):
     assert sorted(p.name for p in (out / "courseware").iterdir()) == sorted(
         ["__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py", "public_grade.py",
          "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py"])
+    handout = (out / "assignments" / "lab3_scheduler" / "README.md").read_text()
+    linked = set(re.findall(r"`((?:assignments|docs|student_exercises)/[\w./-]+\.(?:md|json|py))`", handout))
+    assert linked and not [path for path in linked if not (out / path).is_file()], \
+        f"the handout links files the release lacks: {sorted(p for p in linked if not (out / p).is_file())}"
     with pytest.raises(ValueError, match="not empty"):
         make_release("lab3", out)
 

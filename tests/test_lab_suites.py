@@ -56,9 +56,15 @@ def student_tree(dest: Path, tree, mutant) -> Path:
 
 
 def grader_view(dest: Path, tree, student: Path, lab: str) -> Path:
-    """The grader's reading of a student tree (extract + harness package), with the public suite beside it."""
+    """The grader's reading of a student tree (extract + harness package), with the public suite beside it.
+
+    Later labs run on their stand-ins here, as in the release: the public part is what the student can see,
+    so it is measured on the engine the student has. (The hidden engine items run on the reference's own
+    later labs; docs/labs.md says what that means for a lab 2 student's engine test.)
+    """
     code = extract(student / PACKAGE, tree, lab)
-    write_package(harness_package(lab, tree, code.bodies, code.additions) | public_suite(), dest / PACKAGE)
+    package = with_standins(harness_package(lab, tree, code.bodies, code.additions), lab)
+    write_package(package | public_suite(), dest / PACKAGE)
     return dest
 
 
