@@ -1,4 +1,5 @@
 # Tutorial 01 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: 课程导论
 
 # %% [markdown]
 # # Tutorial 01 · 导论：从 `LLM.generate` 到推理引擎
@@ -134,10 +135,10 @@ for e in [e for e in small.log.events if e["seq_id"] == 0][:4]:
 # **练习 2.** 请求 2 在第几步第一次被调度？它为什么要等？用日志证明你的回答。
 
 # %%
-# 在这里写你的答案（先自己做，再看下面的参考答案）
+# 在这里写你的答案（先自己做）
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]

@@ -1,4 +1,5 @@
 # Tutorial 02 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: 请求生命周期与PrefillDecode
 
 # %% [markdown]
 # # Tutorial 02 · 请求生命周期：Prefill 与 Decode
@@ -256,7 +257,7 @@ assert lengths["raw text"] < lengths["user only"] < lengths["system + user"] < l
 # 在这里写你的答案
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]

@@ -1,4 +1,5 @@
 # Tutorial 03 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: StaticBatching与ContinuousBatching
 
 # %% [markdown]
 # # Tutorial 03 · Static batching vs continuous batching
@@ -184,7 +185,7 @@ print(f"mean finish time: static/continuous = {np.mean(static['finish_s']) / np.
 # 在这里写你的答案
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]

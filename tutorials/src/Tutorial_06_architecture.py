@@ -1,4 +1,5 @@
 # Tutorial 06 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: 推理系统架构
 
 # %% [markdown]
 # # Tutorial 06 · 推理系统架构：control plane、data plane 与可观测性
@@ -390,7 +391,7 @@ plt.show()
 # 在这里写你的答案
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]

@@ -1,4 +1,5 @@
 # Tutorial 08 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: Benchmarking与公平比较
 
 # %% [markdown]
 # # Tutorial 08 · Benchmarking：TTFT、TPOT、goodput 与公平比较
@@ -293,7 +294,7 @@ print(f"ratio 16/4 per pair: {', '.join(f'{r:.2f}' for r in ratios)} -> median {
 # 在这里写你的答案
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]
