@@ -180,3 +180,23 @@ def test_scripts_run_from_the_command_line(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "continuous:" in result.stdout and (tmp_path / "batching.png").is_file()
+
+
+def _run(args: list[str], **env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # as an instructor's shell would be
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env={**clean, **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name", scripts())
+def test_every_script_starts_both_ways(name):
+    """`python -m slides_code.X` and `python slides_code/X.py` (the second once failed with ModuleNotFoundError)."""
+    for args in (["-m", f"slides_code.{name}", "--help"], [f"slides_code/{name}.py", "--help"]):
+        result = _run(args)
+        assert result.returncode == 0 and "usage:" in result.stdout, (args, result.stderr[-2000:])
+
+
+def test_a_script_runs_by_path_with_its_output(tmp_path):
+    result = _run(["slides_code/minimal_log.py"], INFERLAB_SLIDES_OUT=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "step=0 request_id=0 prompt_len=6 stage=prefill"
