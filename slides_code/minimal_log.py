@@ -32,6 +32,13 @@ def main(argv: list[str] | None = None) -> list[str]:
                          f"prompt_len={prompt_len[e['seq_id']]} stage={stage}")
     print("\n".join(lines))
     # --- end slide ---
+
+    # --- slide: 最小日志：每一步的 batch_size 与 running_size ---
+    for e in llm.log.events:
+        if e["event"] == "STEP":
+            batch_size, running_size = e["batch_size"], e["num_running"]
+            print(f"step={e['step']}", batch_size, running_size)
+    # --- end slide ---
     return lines
 
 

@@ -51,7 +51,10 @@ def test_every_script_is_tested_here_and_has_a_short_listing():
 def test_minimal_log(capsys):
     lines = minimal_log.main([])
     out = capsys.readouterr().out
-    assert lines and out.strip().splitlines() == lines
+    assert lines and out.strip().splitlines()[:len(lines)] == lines
+    # the lecture's print(batch_size, running_size): one line per step, from the STEP events
+    per_step = out.strip().splitlines()[len(lines):]
+    assert per_step[0] == "step=0 2 2" and len(per_step) == len({ln.split()[0] for ln in lines})
     assert lines[0] == "step=0 request_id=0 prompt_len=6 stage=prefill"
     # max_num_seqs=2: the third request waits until the first two finish
     assert "step=2 request_id=0 prompt_len=6 stage=finished" in lines
@@ -76,6 +79,8 @@ def test_sequence_fields(capsys):
     assert decode["num_cached_tokens"] == 16 and decode["num_scheduled_tokens"] == 1
     assert finished["block_table"] == [] and finished["finish_reason"] == "length"
     assert len(finished["output_token_ids"]) == 3
+    # last_block_num_tokens: tokens in the last block (block size 8) = len - 8 * (full blocks before it)
+    assert prefill["last_block_num_tokens"] == 16 - 8 and decode["last_block_num_tokens"] == 17 - 16
     assert "stage=prefill status=RUNNING" in capsys.readouterr().out
 
 
@@ -111,6 +116,10 @@ def test_observability(capsys, tmp_path):
     assert {"generate", "LLMEngine.step", "Scheduler.schedule", "ModelRunner.run"} <= names
     assert all(e["ph"] == "X" and e["dur"] >= 0 for e in trace["traceEvents"])
     assert "online metrics == reference.metrics computed from the log: True" in out
+    # trace.annotate("decode_step_begin"): the span names agree with what the log says each step was
+    steps = result["annotated_steps"]
+    assert steps[0] == ("prefill_step_begin", True) and len(steps) == 4
+    assert all(step == ("decode_step_begin", False) for step in steps[1:])
 
 
 def test_pd_disaggregation(capsys):
