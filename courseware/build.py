@@ -1,20 +1,28 @@
-"""`inferlab build`: execute the tutorials and render them, and the lab handouts, to HTML.
+"""`inferlab build`: execute the tutorials and render them, and the lab handouts, to HTML and PDF.
 
-Instructors project the tutorials in class or hand them out; the HTML must show
+Instructors project the tutorials in class or hand them out; the pages must show
 what the code really printed and plotted, so every notebook is executed first
 (nbclient, in a fresh kernel, from the `tutorials/` folder) and only then
-converted (nbconvert). A notebook that fails is still rendered, with its error,
-and the command exits non-zero.
+converted (nbconvert, courseware/templates/inferlab: the lab page without its
+CDN scripts). A notebook that fails is still rendered, with its error, and the
+command exits non-zero.
+
+Each executed notebook is cut into two editions (courseware/editions.py) and
+each edition printed to PDF by headless Chromium (courseware/pdf.py). The PDF
+names are the ones the lectures cite, `Tutorial_NN_<title>.pdf`, the title
+coming from the notebook's metadata (tutorials/_make_notebooks.py).
 
 Lab handouts (`assignments/*/README.md`) are plain Markdown; they become
 standalone HTML pages through mistune, the Markdown parser nbconvert already
-depends on, so no extra package is needed.
+depends on, and are printed the same way.
 
 Layout written under OUT (default `build/`, git-ignored):
 
-    OUT/index.html                      links to everything below
-    OUT/tutorials/Tutorial_NN_*.html    executed notebooks
-    OUT/handouts/<lab folder>.html      one page per assignments/<lab>/README.md
+    OUT/index.html
+    OUT/tutorials/Tutorial_NN_<title>.{html,pdf}             student edition (no answers)
+    OUT/instructor/tutorials/Tutorial_NN_<title>.{html,pdf}  instructor edition
+    OUT/experiments/<lab folder>/README.{html,pdf}           handout (+ report_template.md)
+    OUT/experiments/assignment_<term>/<lab folder>/          what students get for each lab
 """
 from __future__ import annotations
 
@@ -28,18 +36,26 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from courseware.editions import EDITIONS, edition
+from courseware.labs import PUBLIC_PARTS, all_labs
+
 MISSING_PACKAGES_HINT = "inferlab build needs the notebook packages: pip install -e '.[notebooks]'"
 DEFAULT_TIMEOUT = 600
+DEFAULT_TERM = "spring-2026"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+EDITION_DIRS = {"student": Path("tutorials"), "instructor": Path("instructor") / "tutorials"}
 
 
 @dataclass
 class NotebookResult:
-    """What building one tutorial produced."""
+    """What building one tutorial produced: one HTML page per edition, and PDFs when asked."""
     source: Path
     html: Path
     seconds: float
     error: str | None = None
     executed: bool = True
+    pages: dict[str, Path] = field(default_factory=dict)     # edition -> HTML
+    pdfs: dict[str, Path] = field(default_factory=dict)      # edition -> PDF
 
 
 @dataclass
@@ -47,6 +63,7 @@ class BuildReport:
     out: Path
     notebooks: list[NotebookResult] = field(default_factory=list)
     handouts: list[Path] = field(default_factory=list)
+    assignment: Path | None = None
 
     @property
     def ok(self) -> bool:
@@ -60,6 +77,10 @@ def _require(module: str):
         raise RuntimeError(f"{MISSING_PACKAGES_HINT} ({err})") from None
 
 
+def page_css() -> str:
+    return (TEMPLATES / "print.css").read_text(encoding="utf-8")
+
+
 # --------------------------------------------------------------------------- notebooks
 
 
@@ -69,6 +90,14 @@ def find_tutorials(root: Path, only: list[str] | None = None) -> list[Path]:
     if only:
         notebooks = [nb for nb in notebooks if any(pattern in nb.stem for pattern in only)]
     return notebooks
+
+
+def output_stem(path: Path, nb) -> str:
+    """`Tutorial_NN_<title>` from the notebook's metadata; the file's own stem when it names no title."""
+    title = nb.metadata.get("inferlab", {}).get("title")
+    if not title:
+        return path.stem
+    return f"Tutorial_{path.stem.split('_')[1]}_{title}"
 
 
 def _kernel_env() -> dict[str, str]:
@@ -123,20 +152,32 @@ def execute_notebook(path: Path, timeout: int = DEFAULT_TIMEOUT):
 
 def notebook_to_html(nb) -> str:
     nbconvert = _require("nbconvert")
-    body, _ = nbconvert.HTMLExporter(template_name="lab").from_notebook_node(nb)
+    exporter = nbconvert.HTMLExporter(template_name="inferlab", extra_template_basedirs=[str(TEMPLATES)])
+    body, _ = exporter.from_notebook_node(nb, resources={"inferlab_css": page_css()})
     return body
 
 
-def build_tutorial(path: Path, out_dir: Path, execute: bool = True, timeout: int = DEFAULT_TIMEOUT):
-    """Execute (unless told not to) and render one tutorial; returns (NotebookResult, notebook)."""
+def build_tutorial(path: Path, out_dir: Path, execute: bool = True, timeout: int = DEFAULT_TIMEOUT,
+                   pdf: bool = False, editions: tuple[str, ...] = EDITIONS):
+    """Execute (unless told not to) and render one tutorial in each edition; returns (NotebookResult, notebook).
+
+    `out_dir` is the build's root: each edition goes to its folder under it (EDITION_DIRS).
+    """
+    from courseware.pdf import html_to_pdf
     if execute:
         nb, seconds, error = execute_notebook(path, timeout)
     else:
         nb, seconds, error = _require("nbformat").read(path, as_version=4), 0.0, None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"{path.stem}.html"
-    target.write_text(notebook_to_html(nb), encoding="utf-8")
-    return NotebookResult(path, target, seconds, error, execute), nb
+    stem = output_stem(path, nb)
+    result = NotebookResult(path, out_dir / EDITION_DIRS[editions[0]] / f"{stem}.html", seconds, error, execute)
+    for which in editions:
+        target = out_dir / EDITION_DIRS[which] / f"{stem}.html"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(notebook_to_html(edition(nb, which)), encoding="utf-8")
+        result.pages[which] = target
+        if pdf:
+            result.pdfs[which] = html_to_pdf(target, target.with_suffix(".pdf"))
+    return result, nb
 
 
 # --------------------------------------------------------------------------- handouts
@@ -148,15 +189,15 @@ _PAGE = """<!DOCTYPE html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}</title>
 <style>
-body {{ max-width: 52em; margin: 2em auto; padding: 0 1em; line-height: 1.6;
-       font-family: -apple-system, "Segoe UI", "PingFang SC", "Noto Sans CJK SC", "Microsoft YaHei", sans-serif; }}
-pre, code {{ font-family: "SFMono-Regular", Menlo, Consolas, monospace; font-size: 0.92em; }}
-pre {{ background: #f6f8fa; padding: 0.8em; overflow-x: auto; }}
+body {{ max-width: 52em; margin: 2em auto; padding: 0 1em; line-height: 1.6; }}
+pre, code {{ font-size: 0.92em; }}
+pre {{ background: #f6f8fa; padding: 0.8em; }}
 code {{ background: #f6f8fa; padding: 0.1em 0.3em; }}
 pre code {{ background: none; padding: 0; }}
 table {{ border-collapse: collapse; }}
 th, td {{ border: 1px solid #d0d7de; padding: 0.3em 0.7em; }}
 th {{ background: #f6f8fa; }}
+{css}
 </style>
 </head>
 <body>
@@ -170,7 +211,7 @@ def markdown_to_html(text: str, title: str) -> str:
     """A standalone HTML page for a Markdown document (tables, fenced code, strikethrough)."""
     mistune = _require("mistune")
     render = mistune.create_markdown(escape=False, plugins=["table", "strikethrough", "url"])
-    return _PAGE.format(title=html.escape(title), body=render(text))
+    return _PAGE.format(title=html.escape(title), body=render(text), css=page_css())
 
 
 def _title_of(markdown: str, fallback: str) -> str:
@@ -180,18 +221,55 @@ def _title_of(markdown: str, fallback: str) -> str:
     return fallback
 
 
-def build_handouts(root: Path, out_dir: Path) -> list[Path]:
+def build_handouts(root: Path, out_dir: Path, pdf: bool = False) -> list[Path]:
+    """<out_dir>/<lab folder>/README.html (and .pdf), with the lab's report template beside it."""
+    from courseware.pdf import html_to_pdf
     written = []
     for readme in sorted((root / "assignments").glob("*/README.md")):
         text = readme.read_text(encoding="utf-8")
-        out_dir.mkdir(parents=True, exist_ok=True)
-        target = out_dir / f"{readme.parent.name}.html"
+        folder = out_dir / readme.parent.name
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / "README.html"
         target.write_text(markdown_to_html(text, _title_of(text, readme.parent.name)), encoding="utf-8")
         written.append(target)
+        if pdf:
+            written.append(html_to_pdf(target, target.with_suffix(".pdf")))
+        template = readme.parent / "report_template.md"
+        if template.is_file():
+            shutil.copy2(template, folder / template.name)
+            written.append(folder / template.name)
     return written
 
 
+def build_assignment(root: Path, out_dir: Path, term: str = DEFAULT_TERM) -> Path:
+    """<out_dir>/assignment_<term>/<lab folder>/: each lab's student repository (`inferlab release`),
+    or the lab folder's public parts for a lab without engine regions (a report-only lab)."""
+    from courseware.exercises import LABS
+    from courseware.release import make_release
+    target = out_dir / f"assignment_{term}"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for lab in all_labs(root):
+        dest = target / lab.folder.name
+        if lab.lab_id in LABS:
+            make_release(lab.lab_id, dest, root=root)
+            continue
+        dest.mkdir()
+        for name in PUBLIC_PARTS:
+            source = lab.folder / name
+            if source.is_dir():
+                shutil.copytree(source, dest / name)
+            elif source.is_file():
+                shutil.copy2(source, dest / name)
+    return target
+
+
 # --------------------------------------------------------------------------- everything
+
+
+def _link(report: BuildReport, path: Path, label: str) -> str:
+    return f'<a href="{path.relative_to(report.out).as_posix()}">{html.escape(label)}</a>'
 
 
 def _index(report: BuildReport) -> str:
@@ -201,17 +279,39 @@ def _index(report: BuildReport) -> str:
         for r in report.notebooks:
             status = "" if r.error is None else " <strong>(failed)</strong>"
             note = f" ({r.seconds:.1f} s)" if r.executed else " (not executed)"
-            items.append(f'<li><a href="tutorials/{r.html.name}">{html.escape(r.source.stem)}</a>{note}{status}</li>')
+            links = [_link(report, p, f"{which} HTML") for which, p in r.pages.items()]
+            links += [_link(report, p, f"{which} PDF") for which, p in r.pdfs.items()]
+            items.append(f"<li>{html.escape(r.html.stem)}: {' · '.join(links)}{note}{status}</li>")
         items.append("</ul>")
     if report.handouts:
-        items.append("<h2>Handouts</h2><ul>")
-        items += [f'<li><a href="handouts/{p.name}">{html.escape(p.stem)}</a></li>' for p in report.handouts]
+        items.append("<h2>Experiments</h2><ul>")
+        items += [f"<li>{_link(report, p, p.relative_to(report.out).as_posix())}</li>" for p in report.handouts]
+        if report.assignment is not None:
+            items.append(f"<li>{html.escape(report.assignment.relative_to(report.out).as_posix())}/</li>")
         items.append("</ul>")
-    return _PAGE.format(title="InferLab", body="<h1>InferLab</h1>\n" + "\n".join(items))
+    return _PAGE.format(title="InferLab", body="<h1>InferLab</h1>\n" + "\n".join(items), css=page_css())
+
+
+def check_pdf_tools() -> None:
+    """Fail before executing anything when the PDFs could not be printed (PdfToolMissing names the package)."""
+    from courseware.pdf import find_browser, require_cjk_font
+    find_browser()
+    require_cjk_font()
+
+
+def _write_manifest(report: BuildReport) -> None:
+    (report.out / "build.json").write_text(json.dumps({
+        "notebooks": [{"name": r.source.name, "html": {k: str(v) for k, v in r.pages.items()},
+                       "pdf": {k: str(v) for k, v in r.pdfs.items()}, "seconds": round(r.seconds, 2),
+                       "executed": r.executed, "error": r.error} for r in report.notebooks],
+        "handouts": [str(p) for p in report.handouts],
+        "assignment": str(report.assignment) if report.assignment else None,
+    }, indent=2, ensure_ascii=False), encoding="utf-8")
 
 
 def build(root: str | os.PathLike[str] = ".", out: str | os.PathLike[str] = "build", only: list[str] | None = None,
-          execute: bool = True, handouts: bool = True, timeout: int = DEFAULT_TIMEOUT, progress=None) -> BuildReport:
+          execute: bool = True, handouts: bool = True, timeout: int = DEFAULT_TIMEOUT, progress=None,
+          pdf: bool = True, term: str = DEFAULT_TERM, assignment: bool = True) -> BuildReport:
     """Render the tutorials (executed) and the handouts under `out`; see the module docstring."""
     root, out = Path(root), Path(out)
     if not (root / "tutorials").is_dir():
@@ -219,19 +319,19 @@ def build(root: str | os.PathLike[str] = ".", out: str | os.PathLike[str] = "bui
     notebooks = find_tutorials(root, only)
     if only and not notebooks:
         raise ValueError(f"no tutorial matches {only}")
+    if pdf:
+        check_pdf_tools()
     report = BuildReport(out)
     for path in notebooks:
         if progress:
             progress(f"{'executing' if execute else 'rendering'} {path.name}")
-        result, _ = build_tutorial(path, out / "tutorials", execute, timeout)
+        result, _ = build_tutorial(path, out, execute, timeout, pdf=pdf)
         report.notebooks.append(result)
     if handouts:
-        report.handouts = build_handouts(root, out / "handouts")
+        report.handouts = build_handouts(root, out / "experiments", pdf=pdf)
+        if assignment:
+            report.assignment = build_assignment(root, out / "experiments", term)
     out.mkdir(parents=True, exist_ok=True)
     (out / "index.html").write_text(_index(report), encoding="utf-8")
-    (out / "build.json").write_text(json.dumps({
-        "notebooks": [{"name": r.source.name, "html": str(r.html), "seconds": round(r.seconds, 2),
-                       "executed": r.executed, "error": r.error} for r in report.notebooks],
-        "handouts": [str(p) for p in report.handouts],
-    }, indent=2, ensure_ascii=False), encoding="utf-8")
+    _write_manifest(report)
     return report

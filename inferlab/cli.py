@@ -73,18 +73,23 @@ def _cmd_build(args: argparse.Namespace) -> int:
     console = make_console()
     try:
         report = build(args.root, args.out, only=args.only, execute=not args.no_execute,
-                       handouts=not args.no_handouts, timeout=args.timeout,
+                       handouts=not args.no_handouts, timeout=args.timeout, pdf=not args.no_pdf,
+                       term=args.term, assignment=not args.no_assignment,
                        progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
-    except RuntimeError as err:  # the notebook packages are missing
+    except RuntimeError as err:  # the notebook packages, Chromium or the CJK font are missing
         Console(stderr=True).print(f"[bold red]error:[/bold red] {err}")
         return 2
     for r in report.notebooks:
         status = "[green]ok[/green]" if r.error is None else "[bold red]FAILED[/bold red]"
         console.print(f"{status} {r.html} ({r.seconds:.1f} s)")
+        for pdf in r.pdfs.values():
+            console.print(f"   {pdf}")
         if r.error is not None:
             console.print(r.error[-2000:], markup=False, highlight=False)
     for path in report.handouts:
         console.print(f"[green]ok[/green] {path}")
+    if report.assignment is not None:
+        console.print(f"[green]ok[/green] {report.assignment}/")
     console.print(f"index: [bold]{report.out / 'index.html'}[/bold]")
     return 0 if report.ok else 1
 
@@ -125,13 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="package under test (reference: the solution, to see a full score)")
     check.set_defaults(func=_cmd_check)
 
-    build = sub.add_parser("build", help="execute the tutorials and render them and the lab handouts to HTML")
+    build = sub.add_parser("build", help="execute the tutorials and render them and the lab handouts to HTML and PDF")
     build.add_argument("--root", default=".", help="repository root (holds tutorials/ and assignments/)")
     build.add_argument("--out", default="build", help="output folder (default: build/)")
     build.add_argument("--only", nargs="+", default=None, metavar="NAME",
                        help="only tutorials whose file name contains one of these (e.g. 01 Tutorial_03)")
     build.add_argument("--no-execute", action="store_true", help="render the notebooks as they are, without running")
-    build.add_argument("--no-handouts", action="store_true", help="skip assignments/*/README.md")
+    build.add_argument("--no-handouts", action="store_true", help="skip build/experiments/ (handouts, assignment)")
+    build.add_argument("--no-pdf", action="store_true", help="HTML only (no Chromium needed)")
+    build.add_argument("--term", default="spring-2026",
+                       help="term of the assignment package build/experiments/assignment_<term>/ (default: spring-2026)")
+    build.add_argument("--no-assignment", action="store_true", help="skip build/experiments/assignment_<term>/")
     build.add_argument("--timeout", type=int, default=600, help="seconds allowed per notebook cell")
     build.set_defaults(func=_cmd_build)
     serve = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (SSE, /metrics)")

@@ -4,17 +4,18 @@
 """
 from __future__ import annotations
 
+if not __package__:   # run as `python slides_code/X.py`: put the repository first on the path, as `-m` does
+    import sys as _sys, pathlib as _pathlib
+    _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
+
 import os
 import sys
 
 from slides_code._common import model_dir, parse_args, setup_torch
 
 
-# --- slide: 用 sys.setprofile 追踪调用链 ---
-def trace_calls(fn, package_dir):
-    """Run fn(); return [(depth, qualified name)] for each call into package_dir."""
-    calls, stack = [], []
-
+# --- slide: 用 sys.setprofile 追踪调用链（1）：记下每次调用的深度 ---
+def make_profiler(calls, stack, package_dir):
     def profiler(frame, event, arg):
         code = frame.f_code
         if event == "call" and code.co_filename.startswith(package_dir):
@@ -24,8 +25,15 @@ def trace_calls(fn, package_dir):
                 stack.append(frame)
         elif event == "return" and stack and stack[-1] is frame:
             stack.pop()
+    return profiler
+# --- end slide ---
 
-    sys.setprofile(profiler)
+
+# --- slide: 用 sys.setprofile 追踪调用链（2）：只在 fn() 运行时打开 ---
+def trace_calls(fn, package_dir):
+    """Run fn(); return [(depth, qualified name)] for each call into package_dir."""
+    calls, stack = [], []
+    sys.setprofile(make_profiler(calls, stack, package_dir))
     try:
         fn()
     finally:

@@ -4,6 +4,10 @@
 """
 from __future__ import annotations
 
+if not __package__:   # run as `python slides_code/X.py`: put the repository first on the path, as `-m` does
+    import sys as _sys, pathlib as _pathlib
+    _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
+
 from slides_code._common import model_dir, parse_args, setup_torch
 
 
@@ -27,6 +31,13 @@ def main(argv: list[str] | None = None) -> list[str]:
             lines.append(f"step={e['step']} request_id={e['seq_id']} "
                          f"prompt_len={prompt_len[e['seq_id']]} stage={stage}")
     print("\n".join(lines))
+    # --- end slide ---
+
+    # --- slide: 最小日志：每一步的 batch_size 与 running_size ---
+    for e in llm.log.events:
+        if e["event"] == "STEP":
+            batch_size, running_size = e["batch_size"], e["num_running"]
+            print(f"step={e['step']}", batch_size, running_size)
     # --- end slide ---
     return lines
 

@@ -8,11 +8,27 @@ non-paged engine reserves.
 """
 from __future__ import annotations
 
+if not __package__:   # run as `python slides_code/X.py`: put the repository first on the path, as `-m` does
+    import sys as _sys, pathlib as _pathlib
+    _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
+
 import random
 
 from slides_code._common import figure_path, model_dir, out_dir, parse_args, setup_torch
 
 MAX_LEN, CAPACITY = 256, 1024
+
+
+def kv_usage(events, block_size) -> dict:
+    """Steps, peak concurrency, and stored/allocated KV tokens per decode step, from a lifecycle log."""
+    steps = [e for e in events if e["event"] == "STEP"]
+    used = {}
+    for e in events:      # tokens whose K/V are stored, per decode step
+        if e["event"] == "SCHEDULED" and not e["is_prefill"]:
+            used[e["step"]] = used.get(e["step"], 0) + e["num_cached_tokens"] + 1
+    allocated = {e["step"]: e["kv_blocks_used"] * block_size for e in steps if not e["is_prefill"]}
+    return {"steps": len(steps), "peak_running": max(e["num_running"] for e in steps),
+            "utilization": sum(used.values()) / sum(allocated.values()), "used": used, "allocated": allocated}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -31,16 +47,8 @@ def main(argv: list[str] | None = None) -> dict:
         llm = LLM(model_dir(), device="auto", max_model_len=MAX_LEN, kvcache_block_size=block_size,
                   num_kvcache_blocks=CAPACITY // block_size, max_num_seqs=64, enable_prefix_caching=False)
         llm.generate(prompts, params, use_tqdm=False)
-        steps = [e for e in llm.log.events if e["event"] == "STEP"]
-        used = {}
-        for e in llm.log.events:      # tokens whose K/V are stored, per decode step
-            if e["event"] == "SCHEDULED" and not e["is_prefill"]:
-                used[e["step"]] = used.get(e["step"], 0) + e["num_cached_tokens"] + 1
-        allocated = {e["step"]: e["kv_blocks_used"] * block_size for e in steps if not e["is_prefill"]}
-        results[name] = {"steps": len(steps), "peak_running": max(e["num_running"] for e in steps),
-                         "utilization": sum(used.values()) / sum(allocated.values()),
-                         "used": used, "allocated": allocated}
-        print(f"{name:>10}: {len(steps)} steps, up to {results[name]['peak_running']} requests at once, "
+        results[name] = kv_usage(llm.log.events, block_size)     # from the STEP / SCHEDULED events
+        print(f"{name:>10}: {results[name]['steps']} steps, up to {results[name]['peak_running']} requests at once, "
               f"KV utilization {results[name]['utilization']:.0%}")
     # --- end slide ---
 

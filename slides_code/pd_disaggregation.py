@@ -15,24 +15,30 @@ processes, the K/V sent with torch.distributed (reference.distributed).
 """
 from __future__ import annotations
 
+if not __package__:   # run as `python slides_code/X.py`: put the repository first on the path, as `-m` does
+    import sys as _sys, pathlib as _pathlib
+    _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
+
 import torch
 
 from slides_code._common import model_dir, parse_args, setup_torch
 
 
-# --- slide: KV handoff：A 的 block -> B 的 block ---
-def handoff(a, b, seq_a):
-    """Move a prefilled sequence from engine A to engine B; returns (B's sequence, blocks hit, blocks copied)."""
-    from reference.engine.sequence import Sequence, SequenceStatus
-    bs = a.config.kvcache_block_size
+# --- slide: KV handoff（1）：在 B 上建同一个请求 ---
+def clone_for_b(seq_a, bs):
+    from reference.engine.sequence import Sequence
     seq_b = Sequence(seq_a.token_ids[:seq_a.num_prompt_tokens], seq_a.sampling_params, bs,
                      arrival_time=seq_a.arrival_time, seq_id=seq_a.seq_id)
     for token in seq_a.output_token_ids:                 # the first token, sampled on A
         seq_b.append_token(token)
     seq_b.generator, seq_b.first_token_time = seq_a.generator, seq_a.first_token_time
     seq_b.first_scheduled_time = seq_a.first_scheduled_time
+    return seq_b
+# --- end slide ---
 
-    assert b.block_manager.can_allocate(seq_b), "decode node is full: the request would wait"
+
+# --- slide: KV handoff（2）：A 的 block -> B 的 block ---
+def copy_kv(a, b, seq_a, seq_b, bs):
     b.block_manager.allocate(seq_b)                      # prefix hits on B set num_cached_tokens
     computed = seq_a.num_cached_tokens                   # tokens whose K/V exist on A
     first, last = seq_b.num_cached_tokens // bs, -(-computed // bs)
@@ -41,13 +47,24 @@ def handoff(a, b, seq_a):
     # kv_cache: (2, layers, blocks, block_size, kv_heads, head_dim); copy K and V of every layer
     b.model_runner.kv_cache[:, :, dst] = a.model_runner.kv_cache[:, :, src].to(b.model_runner.kv_cache.device)
     b.block_manager.mark_computed(seq_b, computed - seq_b.num_cached_tokens)
+    return first, last - first
+# --- end slide ---
 
+
+# --- slide: KV handoff（3）：B 接着 decode，A 释放 ---
+def handoff(a, b, seq_a):
+    """Move a prefilled sequence from engine A to engine B; returns (B's sequence, blocks hit, blocks copied)."""
+    from reference.engine.sequence import SequenceStatus
+    bs = a.config.kvcache_block_size
+    seq_b = clone_for_b(seq_a, bs)
+    assert b.block_manager.can_allocate(seq_b), "decode node is full: the request would wait"
+    hit, copied = copy_kv(a, b, seq_a, seq_b, bs)
     seq_b.status = SequenceStatus.RUNNING                # straight into B's running queue: decode next
     b.scheduler.running.append(seq_b)
     b.sequences[seq_b.seq_id] = seq_b
     a.scheduler.finish(seq_a)                            # A frees its blocks (their prefix stays cached)
     del a.sequences[seq_a.seq_id]
-    return seq_b, first, last - first
+    return seq_b, hit, copied
 # --- end slide ---
 
 
@@ -70,18 +87,17 @@ def main(argv: list[str] | None = None) -> dict:
         a.step()                                          # prefill only: stop at the first token
     for i in ids:
         seq_b, hit, copied = handoff(a, b, a.sequences[i])
-        nbytes = copied * b.model_runner.kv_cache[:, :, 0].nbytes
-        print(f"request {i}: {len(seq_b)} tokens, {hit} blocks already on B, "
-              f"{copied} blocks copied ({nbytes / 1024:.0f} KiB)")
+        kib = copied * b.model_runner.kv_cache[:, :, 0].nbytes / 1024
+        print(f"request {i}: {hit} blocks already on B, {copied} copied ({kib:.0f} KiB)")
         transfers.append((hit, copied))
     while not b.is_finished():
         b.step()                                          # decode only
     disaggregated = [b.finished.pop(i).output_token_ids for i in ids]
+    # --- end slide ---
 
     single = LLM(model, **config).generate(prompts, params, use_tqdm=False)
     same = disaggregated == [o["token_ids"] for o in single]
     print("tokens equal to a single-engine run:", same)
-    # --- end slide ---
 
     # One request's lifecycle now spans two logs: A's up to its first token, then B's.
     merged = [e for e in a.log.events if e["seq_id"] in ids] + [e for e in b.log.events if e["seq_id"] in ids]

@@ -4,6 +4,10 @@
 """
 from __future__ import annotations
 
+if not __package__:   # run as `python slides_code/X.py`: put the repository first on the path, as `-m` does
+    import sys as _sys, pathlib as _pathlib
+    _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
+
 from slides_code._common import model_dir, parse_args, setup_torch
 
 

@@ -4,6 +4,10 @@
 """
 from __future__ import annotations
 
+if not __package__:   # run as `python slides_code/X.py`: put the repository first on the path, as `-m` does
+    import sys as _sys, pathlib as _pathlib
+    _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
+
 import random
 
 from slides_code._common import figure_path, model_dir, out_dir, parse_args, setup_torch
@@ -12,26 +16,32 @@ COLORS = {"queued": "#bbbbbb", "prefill": "#d62728", "decode": "#1f77b4", "stall
           "preempted": "#9467bd"}
 
 
-# --- slide: 从 lifecycle log 还原每个请求每一步的状态 ---
+# --- slide: 从 lifecycle log 还原状态（1）：一步的事件 -> 状态 ---
+def advance(state, names):
+    """(state after this step, what the timeline shows for it), given the step's events {name: event}."""
+    shown = None
+    if "ARRIVED" in names:
+        state = "queued"
+    if "SCHEDULED" in names:
+        state, shown = "running", ("prefill" if names["SCHEDULED"]["is_prefill"] else "decode")
+    elif "PREEMPTED" in names:
+        state = "preempted"
+    if shown is None and state is not None:
+        shown = "stalled" if state == "running" else state
+    return (None if "FINISHED" in names else state), shown
+# --- end slide ---
+
+
+# --- slide: 从 lifecycle log 还原状态（2）：每个请求、每一步 ---
 def states(events, num_steps):
     """{seq_id: [state or None per step]}; state after the step's events."""
     table = {}
     for seq_id in sorted({e["seq_id"] for e in events if e["seq_id"] is not None}):
         evs = [e for e in events if e["seq_id"] == seq_id]
-        row, state = [None] * num_steps, None
+        row, state = [], None
         for step in range(num_steps):
-            names = {e["event"]: e for e in evs if e["step"] == step}
-            if "ARRIVED" in names:
-                state = "queued"
-            if "SCHEDULED" in names:
-                state = "running"
-                row[step] = "prefill" if names["SCHEDULED"]["is_prefill"] else "decode"
-            elif "PREEMPTED" in names:
-                state = "preempted"
-            if row[step] is None and state is not None:
-                row[step] = "stalled" if state == "running" else state
-            if "FINISHED" in names:
-                state = None
+            state, shown = advance(state, {e["event"]: e for e in evs if e["step"] == step})
+            row.append(shown)
         table[seq_id] = row
     return table
 # --- end slide ---

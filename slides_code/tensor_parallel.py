@@ -10,6 +10,10 @@ CPU, NCCL on two GPUs) and must produce the single-process tokens.
 """
 from __future__ import annotations
 
+if not __package__:   # run as `python slides_code/X.py`: put the repository first on the path, as `-m` does
+    import sys as _sys, pathlib as _pathlib
+    _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
+
 import torch
 
 from slides_code._common import model_dir, parse_args, setup_torch

@@ -63,6 +63,10 @@ def test_ci_runs_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert test_command.strip() in ci, f"README's test command {test_command!r} is not what .ci/run runs"
     assert "torch==2.13.0" in ci
+    # The system packages of README's PDF setup are the ones CI installs.
+    apt = next(b for b in blocks if "apt-get install" in b)
+    packages = apt.split("--no-install-recommends", 1)[1].split()
+    assert packages and all(re.search(rf"\b{re.escape(p)}\b", ci) for p in packages), packages
 
 
 def test_bench_sync_and_async_on_the_cpu(tiny_model_dir, tmp_path):

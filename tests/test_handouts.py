@@ -327,11 +327,13 @@ def test_handout_python_snippets_run_against_the_reference(tmp_path, monkeypatch
 
 
 def test_real_handouts_render_to_html(tmp_path):
-    pages = build_handouts(ROOT, tmp_path)
-    assert sorted(p.stem for p in pages) == sorted(lab_folder(lab).name for lab in LABS)
+    written = build_handouts(ROOT, tmp_path)
+    pages = [p for p in written if p.suffix == ".html"]
+    assert sorted(p.parent.name for p in pages) == sorted(lab_folder(lab).name for lab in LABS)
+    assert tmp_path / "lab5_performance" / "report_template.md" in written
     for page in pages:
         text = page.read_text(encoding="utf-8")
-        lab = page.stem.split("_", 1)[0]
+        lab = page.parent.name.split("_", 1)[0]
         for name in (LAB5_SECTIONS if lab == "lab5" else CODE_LAB_SECTIONS):
             assert re.search(rf"<h2>{re.escape(name)}", text), f"{page.name}: no <h2> for {name}"
         assert "<table>" in text, f"{page.name}: no table rendered"

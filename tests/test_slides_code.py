@@ -44,14 +44,17 @@ def test_every_script_is_tested_here_and_has_a_short_listing():
         regions = listings(SLIDES / f"{name}.py")
         assert regions, f"{name}.py has no '# --- slide: ... ---' region"
         for title, code in regions.items():
-            assert len(code.splitlines()) <= 40, f"{name}.py: listing {title!r} is too long for a slide"
+            assert len(code.splitlines()) <= 13, f"{name}.py: listing {title!r} is too long for a slide (about 12 lines)"
     assert "logger.info(stage" in (SLIDES / "observability.py").read_text()
 
 
 def test_minimal_log(capsys):
     lines = minimal_log.main([])
     out = capsys.readouterr().out
-    assert lines and out.strip().splitlines() == lines
+    assert lines and out.strip().splitlines()[:len(lines)] == lines
+    # the lecture's print(batch_size, running_size): one line per step, from the STEP events
+    per_step = out.strip().splitlines()[len(lines):]
+    assert per_step[0] == "step=0 2 2" and len(per_step) == len({ln.split()[0] for ln in lines})
     assert lines[0] == "step=0 request_id=0 prompt_len=6 stage=prefill"
     # max_num_seqs=2: the third request waits until the first two finish
     assert "step=2 request_id=0 prompt_len=6 stage=finished" in lines
@@ -76,6 +79,8 @@ def test_sequence_fields(capsys):
     assert decode["num_cached_tokens"] == 16 and decode["num_scheduled_tokens"] == 1
     assert finished["block_table"] == [] and finished["finish_reason"] == "length"
     assert len(finished["output_token_ids"]) == 3
+    # last_block_num_tokens: tokens in the last block (block size 8) = len - 8 * (full blocks before it)
+    assert prefill["last_block_num_tokens"] == 16 - 8 and decode["last_block_num_tokens"] == 17 - 16
     assert "stage=prefill status=RUNNING" in capsys.readouterr().out
 
 
@@ -111,6 +116,10 @@ def test_observability(capsys, tmp_path):
     assert {"generate", "LLMEngine.step", "Scheduler.schedule", "ModelRunner.run"} <= names
     assert all(e["ph"] == "X" and e["dur"] >= 0 for e in trace["traceEvents"])
     assert "online metrics == reference.metrics computed from the log: True" in out
+    # trace.annotate("decode_step_begin"): the span names agree with what the log says each step was
+    steps = result["annotated_steps"]
+    assert steps[0] == ("prefill_step_begin", True) and len(steps) == 4
+    assert all(step == ("decode_step_begin", False) for step in steps[1:])
 
 
 def test_pd_disaggregation(capsys):
@@ -180,3 +189,23 @@ def test_scripts_run_from_the_command_line(tmp_path):
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "continuous:" in result.stdout and (tmp_path / "batching.png").is_file()
+
+
+def _run(args: list[str], **env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}   # as an instructor's shell would be
+    return subprocess.run([sys.executable, *args], cwd=ROOT, env={**clean, **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name", scripts())
+def test_every_script_starts_both_ways(name):
+    """`python -m slides_code.X` and `python slides_code/X.py` (the second once failed with ModuleNotFoundError)."""
+    for args in (["-m", f"slides_code.{name}", "--help"], [f"slides_code/{name}.py", "--help"]):
+        result = _run(args)
+        assert result.returncode == 0 and "usage:" in result.stdout, (args, result.stderr[-2000:])
+
+
+def test_a_script_runs_by_path_with_its_output(tmp_path):
+    result = _run(["slides_code/minimal_log.py"], INFERLAB_SLIDES_OUT=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "step=0 request_id=0 prompt_len=6 stage=prefill"

@@ -51,8 +51,9 @@ def test_committed_notebook_has_no_outputs_and_teaching_structure(path):
     exercise = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "课堂练习" in c.source)
     answer = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "参考答案" in c.source)
     assert exercise < answer, "the reference answer must come after the exercise"
-    answers = [c for c in nb.cells[answer:] if c.cell_type == "code"]
-    assert answers and all("answer" in c.metadata.get("tags", []) for c in answers)
+    answers = nb.cells[answer:]
+    assert answers and all("answer" in c.metadata.get("tags", []) for c in answers), "answers are tagged"
+    assert nb.metadata["inferlab"]["title"], "the title names the PDF"
     assert 'device="auto"' in "".join(c.source for c in code), "tutorials use the GPU when there is one"
 
 
@@ -68,9 +69,11 @@ def test_tutorial_executes_on_cpu_and_renders(path, tmp_path, kernel_env):
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     if path.stem != "Tutorial_01_intro":
         assert images, f"{path.name} should show at least one figure"
-    html = result.html.read_text(encoding="utf-8")
-    assert "教学目标" in html and "参考答案" in html
-    assert html.count("data:image/png;base64") >= len(images)
+    student = result.pages["student"].read_text(encoding="utf-8")
+    instructor = result.pages["instructor"].read_text(encoding="utf-8")
+    assert "教学目标" in student and "参考答案" not in student and "参考答案" in instructor
+    assert student.count("data:image/png;base64") >= len(images)
+    assert not re.search(r'<(script|link)[^>]+(src|href)="https?:', student + instructor), "nothing from a CDN"
     print(f"{path.name}: {result.seconds:.1f} s")
 
 
@@ -88,14 +91,15 @@ def test_inferlab_build_renders_notebooks_and_handouts(tmp_path, capsys, monkeyp
         encoding="utf-8")
     out = tmp_path / "out"
     monkeypatch.setenv("MPLBACKEND", "Agg")   # the build must not pass this to the kernel
-    assert main(["build", "--root", str(root), "--out", str(out)]) == 0
+    assert main(["build", "--root", str(root), "--out", str(out), "--no-pdf", "--no-assignment"]) == 0
     page = (out / "tutorials" / "Tutorial_99_check.html").read_text(encoding="utf-8")
     assert "cwd is tutorials 42" in page           # executed, in the notebook's own folder
-    handout = (out / "handouts" / "lab1_lifecycle.html").read_text(encoding="utf-8")
+    handout = (out / "experiments" / "lab1_lifecycle" / "README.html").read_text(encoding="utf-8")
     assert "<title>Lab 1 · 请求生命周期</title>" in handout
     assert re.search(r"<table>.*<td>TTFT</td>", handout, re.S) and "<code" in handout
     index = (out / "index.html").read_text(encoding="utf-8")
-    assert "tutorials/Tutorial_99_check.html" in index and "handouts/lab1_lifecycle.html" in index
+    assert "tutorials/Tutorial_99_check.html" in index and "experiments/lab1_lifecycle/README.html" in index
+    assert (out / "instructor" / "tutorials" / "Tutorial_99_check.html").is_file()
     report = json.loads((out / "build.json").read_text())
     assert report["notebooks"][0]["error"] is None
 
@@ -103,7 +107,7 @@ def test_inferlab_build_renders_notebooks_and_handouts(tmp_path, capsys, monkeyp
     nb.cells.append(nbformat.v4.new_code_cell("raise RuntimeError('broken on purpose')"))
     nbformat.write(nb, root / "tutorials" / "Tutorial_99_check.ipynb")
     capsys.readouterr()
-    assert main(["build", "--root", str(root), "--out", str(out), "--no-handouts"]) == 1
+    assert main(["build", "--root", str(root), "--out", str(out), "--no-handouts", "--no-pdf"]) == 1
     assert "broken on purpose" in capsys.readouterr().out
     assert "broken on purpose" in (out / "tutorials" / "Tutorial_99_check.html").read_text(encoding="utf-8")
 

@@ -9,10 +9,20 @@ checked on a machine that has a GPU but no Jupyter.
 
 Cell markers (a line on its own):
 
-    # %% [markdown]   a markdown cell; every line starts with "# " (or is "#")
-    # %%              a code cell
-    # %% [answer]     a code cell holding a 参考答案: its source starts collapsed
-                      in JupyterLab, so students try the exercise first
+    # %% [markdown]             a markdown cell; every line starts with "# " (or is "#")
+    # %%                        a code cell
+    # %% [answer]               a code cell holding a 参考答案: its source starts collapsed
+                                in JupyterLab, so students try the exercise first
+    # %% [markdown answer]      a markdown cell of the 参考答案 (its heading, its prose)
+    # %% [markdown instructor]  a note for the instructor: minutes per section, expected numbers
+
+Cells tagged `answer` or `instructor` are left out of the student edition that
+`inferlab build` renders (courseware/editions.py); the notebook keeps them all.
+
+The header (lines before the first marker) names the tutorial as the lectures
+cite it: a line `# title: 请求生命周期与PrefillDecode` becomes the notebook's
+metadata `inferlab.title`, and `inferlab build` names the PDF
+`Tutorial_02_请求生命周期与PrefillDecode.pdf` after it.
 
 Usage:
     python tutorials/_make_notebooks.py            # (re)write every notebook
@@ -29,23 +39,35 @@ import nbformat
 HERE = Path(__file__).resolve().parent
 SOURCES = HERE / "src"
 MARKER = "# %%"
-KINDS = ("code", "markdown", "answer")
+# marker text -> (cell type, tags)
+KINDS = {"": ("code", ()), "[markdown]": ("markdown", ()), "[answer]": ("code", ("answer",)),
+         "[markdown answer]": ("markdown", ("answer",)), "[markdown instructor]": ("markdown", ("instructor",))}
+TITLE = "# title:"
 
 
-def parse_cells(text: str, name: str = "<source>") -> list[tuple[str, str]]:
-    """Split a percent-format source into (kind, source) pairs; the header before the first marker is dropped."""
-    cells: list[tuple[str, list[str]]] = []
+def parse_title(text: str, name: str = "<source>") -> str:
+    """The `# title:` line of the header (before the first cell marker)."""
+    for line in text.splitlines():
+        if line.startswith(MARKER):
+            break
+        if line.startswith(TITLE) and line[len(TITLE):].strip():
+            return line[len(TITLE):].strip()
+    raise ValueError(f"{name}: no '{TITLE} ...' line before the first cell (it names the PDF)")
+
+
+def parse_cells(text: str, name: str = "<source>") -> list[tuple[str, str, tuple[str, ...]]]:
+    """Split a percent-format source into (cell type, source, tags); the header before the first marker is dropped."""
+    cells: list[tuple[str, tuple[str, ...], list[str]]] = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         if line.startswith(MARKER):
             tag = line[len(MARKER):].strip()
-            kind = tag[1:-1] if tag.startswith("[") and tag.endswith("]") else ("code" if not tag else None)
-            if kind not in KINDS:
-                raise ValueError(f"{name}:{lineno}: unknown cell marker {line!r}")
-            cells.append((kind, []))
+            if tag not in KINDS:
+                raise ValueError(f"{name}:{lineno}: unknown cell marker {line!r} (known: {sorted(KINDS)})")
+            cells.append((*KINDS[tag], []))
         elif cells:
-            cells[-1][1].append(line)
+            cells[-1][2].append(line)
     out = []
-    for kind, lines in cells:
+    for kind, tags, lines in cells:
         if kind == "markdown":
             stripped = []
             for line in lines:
@@ -55,7 +77,7 @@ def parse_cells(text: str, name: str = "<source>") -> list[tuple[str, str]]:
             lines = stripped
         source = "\n".join(lines).strip("\n")
         if source.strip():
-            out.append((kind, source))
+            out.append((kind, source, tags))
     return out
 
 
@@ -63,18 +85,22 @@ def build_notebook(source_path: Path) -> nbformat.NotebookNode:
     """The notebook for one source file, with stable cell ids so regenerating changes nothing."""
     stem = source_path.stem
     nb = nbformat.v4.new_notebook()
+    text = source_path.read_text(encoding="utf-8")
     nb.metadata = {
         "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
         "language_info": {"name": "python"},
+        "inferlab": {"title": parse_title(text, source_path.name)},
     }
-    for i, (kind, source) in enumerate(parse_cells(source_path.read_text(encoding="utf-8"), source_path.name)):
+    for i, (kind, source, tags) in enumerate(parse_cells(text, source_path.name)):
         cell_id = f"{stem.split('_')[1]}-{i:03d}"
         if kind == "markdown":
             cell = nbformat.v4.new_markdown_cell(source, id=cell_id)
+            if tags:
+                cell.metadata = {"tags": list(tags)}
         else:
             cell = nbformat.v4.new_code_cell(source, id=cell_id)
-            if kind == "answer":
-                cell.metadata = {"jupyter": {"source_hidden": True}, "tags": ["answer"]}
+            if tags:
+                cell.metadata = {"jupyter": {"source_hidden": True}, "tags": list(tags)}
         nb.cells.append(cell)
     nbformat.validate(nb)
     return nb

@@ -1,4 +1,5 @@
 # Tutorial 02 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: 请求生命周期与PrefillDecode
 
 # %% [markdown]
 # # Tutorial 02 · 请求生命周期：Prefill 与 Decode
@@ -9,6 +10,19 @@
 # 2. 从 lifecycle log 画出每个请求的时间线（timeline），看懂 prefill-first 调度下 decode 为什么会"停顿"。
 # 3. 把 TTFT 拆成三段：**queue**（排队）+ **schedule**（调度开销）+ **prefill**（前向计算、采样、后处理），并验证三段之和正好等于 TTFT。
 # 4. 看 chat template 如何把一句很短的话变成长得多的 prompt。
+
+# %% [markdown instructor]
+# **教师注释**（学生版不含）· 共约 60 分钟，对应第 3 讲
+#
+# | 节 | 分钟 | 预期数字（tiny model，2 核 CPU） |
+# | --- | --- | --- |
+# | 1. 小场景 | 10 | 191 步、8 个请求、7 次抢占（确定：固定种子、`ignore_eos`） |
+# | 2. 时间线 | 15 | stalled 8 步、preempted 157 步（确定） |
+# | 3. TTFT 分解 | 10 | 三段之和 = TTFT（断言，误差 < 1 µs）；毫秒数随机器变 |
+# | 4. chat template | 5 | token 数严格递增（断言） |
+# | 课堂练习 + 第 3 讲练习 | 20 | TTFT 总和中 queue 占 93%–94%、prefill 6%–7%（2 次运行）；多算的 prefill token 304（确定） |
+#
+# 第 3 讲的练习一到三先让学生在纸上画时序图，再运行答案格子对照五个节点的 step。
 
 # %%
 import os
@@ -251,12 +265,28 @@ assert lengths["raw text"] < lengths["user only"] < lengths["system + user"] < l
 #
 # **练习 2.** 被抢占的请求再次 prefill 时，`SCHEDULED` 事件里的 `num_new_tokens` 是多少？
 # 为什么它比原来的 prompt 长？（提示：preemption by recompute。）
+#
+# ### 第 3 讲的课堂练习（讲义原文）
+#
+# 课堂练习可围绕请求时序图展开，以强化生命周期分析能力。
+#
+# - 标出至少 4 个潜在瓶颈点。
+# - 标出至少 3 类状态对象的生成与释放时刻。
+# - 讨论哪个阶段最可能支配 TTFT，哪个阶段最可能支配 TPOT。
+#
+# **练习一** 在时序图中标出：请求进入、prefill 开始、decode 开始、输出完成、状态释放五个节点。
+#
+# **练习二** 说明其中哪一个节点最适合插第一条日志，为什么。
+#
+# **练习三** 用一句话回答：为什么生命周期图是后续调度和 KV 讨论的公共前提？
+#
+# 用上面的 `events`（lifecycle log）和 `rows`（TTFT 分解）回答：每个结论都要指向 log 里的一个数字。
 
 # %%
 # 在这里写你的答案
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]
@@ -274,3 +304,78 @@ for e in events:
           f"(prompt {prompt_len} + {tokens_before} generated)")
     # recompute：已生成的 token 成了新 prompt 的一部分，它们的 KV 也要重算
     assert re_prefill["is_prefill"] and re_prefill["num_new_tokens"] == prompt_len + tokens_before
+
+# %% [markdown answer]
+# #### 第 3 讲：五个节点（练习一）
+#
+# 每个节点都是 log 里的一个事件：请求进入 = `ARRIVED`，prefill 开始 = 第一次 `SCHEDULED`（`is_prefill`），
+# decode 开始 = 第一次 `is_prefill=False` 的 `SCHEDULED`，输出完成 = `FINISHED`，状态释放 = `FREED`（KV block 还给 block pool）。
+# 被抢占过的请求在 `PREEMPTED` 时也释放一次状态，之后重新走 prefill。
+
+# %% [answer]
+NODES = [("请求进入", lambda e: e["event"] == "ARRIVED"),
+         ("prefill 开始", lambda e: e["event"] == "SCHEDULED" and e["is_prefill"]),
+         ("decode 开始", lambda e: e["event"] == "SCHEDULED" and not e["is_prefill"]),
+         ("输出完成", lambda e: e["event"] == "FINISHED"),
+         ("状态释放", lambda e: e["event"] == "FREED")]
+for seq_id in (0, max(states)):                     # 最早的请求和最后到达的请求
+    evs = [e for e in events if e["seq_id"] == seq_id]
+    t0 = evs[0]["time"]
+    nodes = [(name, next(e for e in evs if match(e))) for name, match in NODES]
+    print(f"request {seq_id}: " + " -> ".join(f"{name} step {e['step']} (+{(e['time'] - t0) * 1e3:.1f} ms)"
+                                               for name, e in nodes))
+    steps = [e["step"] for _, e in nodes]
+    assert steps == sorted(steps), "五个节点在 log 里按这个顺序出现"
+    freed = nodes[-1][1]
+    assert freed["blocks_freed"] > 0                 # 状态释放 = 这些 block 回到 pool
+
+# %% [markdown answer]
+# #### 瓶颈点与状态对象（讲义的三个问题）
+#
+# 下面的数字都来自这次运行的 log：
+
+# %% [answer]
+m_all = list(request_metrics(events).values())
+queue_ms = [r[1] for r in rows]
+stall_steps = sum(row.count("stalled") for row in states.values())
+preempt_steps = sum(row.count("preempted") for row in states.values())
+recomputed = sum(e["num_new_tokens"] for e in events if e["event"] == "SCHEDULED" and e["is_prefill"]) \
+    - sum(len(p) for p, _ in requests)
+kv_full_steps = sum(1 for e in events if e["event"] == "STEP" and e["kv_blocks_used"] == e["kv_blocks_total"])
+print("潜在瓶颈点（各有一个数字）:")
+print(f"  1. 排队（waiting 队列）：queue 最长 {max(queue_ms):.1f} ms，占该请求 TTFT 的 "
+      f"{max(r[1] / r[4] for r in rows):.0%}")
+print(f"  2. prefill-first 让 decode 停顿：所有请求合计 {stall_steps} 个 stalled 步")
+print(f"  3. KV cache 满：{kv_full_steps} 步 block 全部用完")
+print(f"  4. 抢占后重算：{preempt_steps} 个 preempted 步，多算了 {recomputed} 个 prefill token")
+print("状态对象的生成与释放:")
+first = next(e for e in events if e["event"] == "ARRIVED")
+print(f"  Sequence：add_request 时生成（ARRIVED, step {first['step']}），FINISHED 后从 running 移出")
+print(f"  KV block / block_table：第一次 SCHEDULED 时分配，PREEMPTED 或 FREED 时释放"
+      f"（共释放 {sum(e['blocks_freed'] for e in events if e['event'] in ('FREED', 'PREEMPTED'))} 个 block，"
+      f"被抢占的请求同一个位置释放两次）")
+print(f"  输出 token（output_token_ids）：FIRST_TOKEN 时开始增长，随 Sequence 一起在完成后交回调用者")
+assert stall_steps > 0 and preempt_steps > 0 and recomputed > 0
+
+# %% [answer]
+# 哪个阶段支配 TTFT、哪个支配 TPOT：量出来，而不是猜
+queue_share = sum(r[1] for r in rows) / sum(r[4] for r in rows)
+prefill_share = sum(r[3] for r in rows) / sum(r[4] for r in rows)
+print(f"TTFT 总和里：queue {queue_share:.0%}，prefill {prefill_share:.0%}，其余是 schedule")
+decode_steps = sum(row.count("decode") for row in states.values())
+print(f"TPOT 由 decode 步决定：{decode_steps} 个 decode 步 + {stall_steps} 个 stalled 步（别的请求在 prefill）")
+dominant = "queue" if queue_share > prefill_share else "prefill"
+print(f"这次运行里 TTFT 的主导项是 {dominant}")
+assert dominant == "queue", "下面的答案说 TTFT 主要是排队：数据变了，答案也要改"
+assert queue_share + prefill_share <= 1 + 1e-9
+
+# %% [markdown answer]
+# 上面打印的主导项就是答案：资源紧、请求分批到达时，TTFT 主要是 **排队**（等 running 里的请求让出位置和 block），
+# 不是 prefill 本身；TPOT 由 decode 步决定，而 prefill-first 调度插进来的 prefill 步（stalled）把它拉长。
+#
+# **练习二** 第一条日志插在 **请求进入**（`ARRIVED`）：TTFT、queue time、e2e 都从这一刻算起，
+# 没有它就只剩"开始计算之后"的时间，上面占大头的排队时间完全看不见。
+#
+# **练习三** 因为调度决定的是"哪个请求在哪一步从一个阶段走到下一个阶段"，KV 管理决定的是"状态在哪个节点生成、在哪个节点释放"，
+# 两者讨论的对象都是生命周期图上的节点和边。
+

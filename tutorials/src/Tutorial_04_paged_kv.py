@@ -1,4 +1,5 @@
 # Tutorial 04 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: PagedKV与BlockManager
 
 # %% [markdown]
 # # Tutorial 04 · Paged KV cache 与 block manager
@@ -236,7 +237,7 @@ plt.show()
 # 在这里写你的答案
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]

@@ -1,4 +1,5 @@
 # Tutorial 05 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: PrefixCaching
 
 # %% [markdown]
 # # Tutorial 05 · Prefix caching
@@ -205,7 +206,7 @@ assert sched["num_cached_tokens"] == 48 and sched["num_new_tokens"] == 16
 # 在这里写你的答案
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]

@@ -1,4 +1,5 @@
 # Tutorial 06 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: 推理系统架构
 
 # %% [markdown]
 # # Tutorial 06 · 推理系统架构：control plane、data plane 与可观测性
@@ -9,6 +10,19 @@
 #    和 **data plane**（真正搬数据、做计算：`ModelRunner`、模型、attention、`kv_cache`），并量出两边各占多少内存和时间。
 # 2. 从一次真实运行里 **追踪** 出调用链 `LLM.generate → LLMEngine.step → Scheduler.schedule → ModelRunner.run`（用 `sys.setprofile`，不靠读代码）。
 # 3. 可观测性的三件套：**log**（发生了什么）、**metrics**（多快、多少）、**trace**（时间花在哪里），都建立在引擎的 lifecycle log 和方法包装之上。
+
+# %% [markdown instructor]
+# **教师注释**（学生版不含）· 共约 60 分钟，对应第 7 讲
+#
+# | 节 | 分钟 | 预期数字（tiny model，2 核 CPU） |
+# | --- | --- | --- |
+# | 1. 两个平面 | 10 | 表格，无数字 |
+# | 2. 调用链 | 15 | 四条调用链都在（断言） |
+# | 3. 时间花在哪个平面 | 10 | model forward 约占 step 的 80%，每步 Scheduler.schedule 0.2–0.4 ms、ModelRunner.run 5–10 ms（3 次运行，随机器和负载变） |
+# | 4. log / metrics / trace | 10 | 在线 p50 = 离线 p50（断言） |
+# | 课堂练习 + 第 7 讲练习 | 15 | prefill / decode 步的 forward 占比：3 次运行里 2 次四分位区间重叠（打印"no difference"），1 次不重叠、decode 步 control plane 比例更高。让学生读打印的判断，不要从一次运行的 1–3 个百分点下结论 |
+#
+# 练习一的五个角色让学生先在代码里找，再运行答案格子看调用次数。
 
 # %%
 import json
@@ -383,12 +397,34 @@ plt.show()
 # （提示：`LLMEngine.step` span 的顺序和 log 里 `STEP` 事件的顺序一致。）
 #
 # **练习 2.** 给 `BlockManager.allocate` 也加一个 span，数一数它在上面的 workload 里被调用了几次，和请求数是什么关系？
+#
+# ### 第 7 讲的课堂练习（讲义原文）
+#
+# 课堂练习可先做一次最小代码导读，建立架构与实现之间的映射关系。
+#
+# - 定位请求入口。
+# - 定位调度循环。
+# - 定位 KV 分配和回收逻辑。
+# - 定位 metrics 输出点。
+#
+# **练习一** 在你的架构图中分别标出请求入口、调度器、执行器、状态管理器和指标记录点。
+#
+# **练习二** 指出哪一个模块最像"全局控制点"，哪一个模块最像"热路径执行点"。
+#
+# **练习三** 用一句话回答：为什么日志和 benchmark 不应该被排除在系统架构课之外？
+#
+# 讲义的两个追问：
+#
+# - 这一链路上，哪个位置属于控制面，哪个位置已经进入数据面？
+# - 哪些观测点属于控制面信号，哪些属于执行面信号？
+#
+# 用第 2 节的 `calls`（真实调用树）、第 3 节的 `tracer`（每个 span 的时间）和 `llm.log.events` 回答。
 
 # %%
 # 在这里写你的答案
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]
@@ -400,9 +436,17 @@ share = {True: [], False: []}
 for e, st in zip(step_events, step_spans):
     fwd = sum(f["end"] - f["start"] for f in forward_spans if st["start"] <= f["start"] and f["end"] <= st["end"])
     share[e["is_prefill"]].append(fwd / (st["end"] - st["start"]))
-print(f"model forward share: prefill steps {np.mean(share[True]):.0%}, decode steps {np.mean(share[False]):.0%}")
-# decode 步每个序列只算 1 个 token，计算量小；而调度、准备输入、后处理的开销和 batch 里的序列数成正比、
-# 不随 token 数变少，所以 decode 步里 control plane 的比例通常更高（在你的机器上看上面打印的数字）。
+for kind, values in ((True, share[True]), (False, share[False])):
+    q1, q2, q3 = np.percentile(values, [25, 50, 75])
+    print(f"model forward share, {'prefill' if kind else 'decode '} steps: median {q2:.0%} "
+          f"(middle half {q1:.0%}-{q3:.0%}, {len(values)} steps)")
+(p1, p3), (d1, d3) = np.percentile(share[True], [25, 75]), np.percentile(share[False], [25, 75])
+overlap = p1 <= d3 and d1 <= p3
+print("the two middle halves overlap: no difference this run can show" if overlap else
+      f"control plane share is higher in {'decode' if np.median(share[False]) < np.median(share[True]) else 'prefill'} steps")
+# 只在两组数据的中间一半（四分位距）不重叠时才下结论：一次运行里 80% 对 79% 说明不了什么。
+# 道理上，decode 步每个序列只算 1 个 token，而调度、准备输入、后处理的开销和 batch 里的序列数成正比，
+# 所以 batch 大、模型大时 decode 步的 control plane 比例更高；tiny model 在 CPU 上两者常常分不开，上面的打印会说。
 
 # 练习 2
 llm2 = LLM(MODEL, device="auto", max_num_seqs=4)
@@ -415,3 +459,54 @@ n_preempt = sum(1 for e in llm2.log.events if e["event"] == "PREEMPTED")
 print(f"allocate called {n_alloc} times for {len(prompts)} requests ({n_preempt} preemptions)")
 # 每个请求 prefill 时 allocate 一次；被抢占的请求重新 prefill 时再 allocate 一次
 assert n_alloc == len(prompts) + n_preempt
+
+# %% [markdown answer]
+# #### 第 7 讲：练习一、练习二（从真实调用树和 span 里读出来）
+
+# %% [answer]
+ROLES = {"请求入口": ["LLM.generate", "LLMEngine.enqueue"],
+         "调度器（调度循环）": ["LLMEngine.step", "Scheduler.schedule"],
+         "执行器": ["ModelRunner.run"],
+         "状态管理器（KV 分配 / 回收）": ["BlockManager.allocate", "BlockManager.deallocate"],
+         "指标记录点": ["LifecycleLog.emit"]}
+called = defaultdict(int)
+for _, name in calls:
+    called[name] += 1
+for role, names in ROLES.items():
+    print(f"{role:16} " + ", ".join(f"{n} x{called[n]}" for n in names))
+    assert all(called[n] > 0 for n in names), (role, names)
+
+span_total = defaultdict(float)
+for s in tracer.spans:
+    span_total[s["name"]] += s["end"] - s["start"]
+n_steps = sum(1 for e in llm.log.events if e["event"] == "STEP")
+per_step = {n: span_total[n] / n_steps * 1e6 for n in ("Scheduler.schedule", "ModelRunner.run")}
+print(f"per step: Scheduler.schedule {per_step['Scheduler.schedule']:.0f} us, "
+      f"ModelRunner.run {per_step['ModelRunner.run']:.0f} us")
+assert per_step["ModelRunner.run"] > per_step["Scheduler.schedule"]
+
+# %% [markdown answer]
+# **练习二** 全局控制点是 `Scheduler.schedule`：每一步由它决定谁进 batch、谁等、谁被抢占、分配哪些 block，
+# 整个引擎只有这一处做决定。热路径执行点是 `ModelRunner.run`：每一步都跑、占 step 时间的大头（上面每步的微秒数），
+# 优化 kernel、CUDA graph 都落在这里。
+#
+# **控制面 / 数据面的分界** 在 `LLMEngine.step` 调用 `ModelRunner.run` 的那一刻：之前（`Scheduler.schedule`、`BlockManager.allocate`）
+# 只动 Python 元数据，之后（`prepare_prefill/decode` 组张量、`model forward`、采样）搬的是张量。
+#
+# **控制面信号 vs 执行面信号**：下面把 log 里每种事件按它描述的对象分开。
+
+# %% [answer]
+CONTROL_EVENTS = {"ARRIVED", "QUEUED", "SCHEDULED", "PREEMPTED", "FINISHED", "FREED"}   # 准入、排队、调度、抢占、释放
+DATA_EVENTS = {"FIRST_TOKEN", "TOKEN"}                                                   # 模型算出了什么
+seen = {e["event"] for e in llm.log.events}
+step = next(e for e in llm.log.events if e["event"] == "STEP")
+print("控制面信号:", sorted(seen & CONTROL_EVENTS))
+print("执行面信号:", sorted(seen & DATA_EVENTS), "+ trace 里的 ModelRunner.run / model forward span")
+print("STEP 两边都有：", {k: step[k] for k in ("batch_size", "num_waiting", "kv_blocks_used")}, "是控制面的，",
+      {k: step[k] for k in ("num_tokens",)}, "是执行面的工作量")
+assert seen <= CONTROL_EVENTS | DATA_EVENTS | {"STEP"}, seen - CONTROL_EVENTS - DATA_EVENTS
+
+# %% [markdown answer]
+# **练习三** 因为架构图画的是"请求、状态、控制信号如何流动"，而只有日志和 benchmark 能证明它真的这样流动：
+# 上面每一个答案都是从 log 和 trace 里读出来的，没有它们，架构图只是静态想象。
+

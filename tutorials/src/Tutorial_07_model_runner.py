@@ -1,4 +1,5 @@
 # Tutorial 07 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: ModelRunner与执行路径
 
 # %% [markdown]
 # # Tutorial 07 · Model runner 与执行路径
@@ -337,7 +338,7 @@ print("seq 0 (token index, step it was logged) async:", token_steps(runs[True][1
 # 在这里写你的答案
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]

@@ -1,4 +1,5 @@
 # Tutorial 08 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: Benchmarking与公平比较
 
 # %% [markdown]
 # # Tutorial 08 · Benchmarking：TTFT、TPOT、goodput 与公平比较
@@ -118,7 +119,7 @@ def online(prompts, params, rate, seed=0, max_num_seqs=16):
     }
 
 
-loads = [0.25, 0.5, 0.75, 1.0, 1.5]
+loads = [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
 runs = [online(prompts, params, rate=f * CAPACITY) for f in loads]
 for f, r in zip(loads, runs):
     tc, tp = distribution(r["ttft_client"]), distribution(r["tpot"])
@@ -178,13 +179,25 @@ ax3.legend(title="load")
 plt.tight_layout()
 plt.show()
 
+# %%
+# 读图之前先让数据自己说话：下面的读图文字每一条都对应这里的一个断言。
+p99 = [np.percentile(r["ttft_client"], 99) for r in runs]
+served = [len(r["tpot"]) / r["wall_s"] for r in runs]
+met = [goodput(r)[1] for r in runs]
+print(f"TTFT p99: lowest load {p99[0] * 1e3:.1f} ms -> highest load {p99[-1] * 1e3:.1f} ms ({p99[-1] / p99[0]:.0f}x)")
+print(f"highest load: offered {runs[-1]['rate']:.0f} req/s, served {served[-1]:.1f} req/s; "
+      f"SLO met by {met[-1]:.0%} (best load: {max(met):.0%})")
+assert p99[-1] > 3 * p99[0], "overload must show in the TTFT tail"
+assert served[-1] < 0.5 * runs[-1]["rate"], "throughput saturates below the offered load"
+assert met[-1] < max(met), "goodput falls while throughput stays"
+
 # %% [markdown]
-# 读图：
+# 读图（上一格的断言保证这几条在这次运行里成立）：
 #
-# - 负载低时，TTFT 接近单个请求的 prefill 时间；接近容量时，请求开始排队，**P99 先涨**，P50 随后；超过容量后，队列越排越长，TTFT 一路上升。
-# - throughput 跟着 offered load 涨，到容量附近饱和；goodput 在那之前就开始掉 —— 系统 "能干完" 不等于 "干得够快"。
-# - 测到的 throughput 低于虚线（offered）：只有 32 个请求，wall time 里还包括最后几个请求的处理时间（"尾巴"）。
-#   请求越多、跑得越久，这个偏差越小 —— 这也是正式 benchmark 要跑足够久的原因之一。
+# - 负载低时，TTFT 接近单个请求的 prefill 时间，几个低负载之间的差别只是噪声（CPU 上几毫秒的抖动）。
+# - 超过系统真正的容量后，请求开始排队，TTFT 的 **P99 先涨**、P50 随后，最高负载下 P99 是最低负载的好几倍。
+# - 离线测到的 "容量" 只是估计（32 个请求，wall time 里有尾巴），拐点通常出现在它的 2–4 倍之间，所以负载一直扫到 8 倍。
+# - throughput 到拐点后跟不上 offered load（远低于虚线，增长变慢）；goodput 在同一处掉下去 —— 系统 "能干完" 不等于 "干得够快"。
 # - 只有 32 个请求时，P99 基本就是最大值，而且受运气影响很大。正式的 benchmark 要用更多请求、跑更久，并报告样本数。
 
 # %% [markdown]
@@ -293,7 +306,7 @@ print(f"ratio 16/4 per pair: {', '.join(f'{r:.2f}' for r in ratios)} -> median {
 # 在这里写你的答案
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]

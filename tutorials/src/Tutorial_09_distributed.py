@@ -1,4 +1,5 @@
 # Tutorial 09 source (percent format): python tutorials/_make_notebooks.py turns it into a notebook.
+# title: 分布式推理与PD分离
 
 # %% [markdown]
 # # Tutorial 09 · 分布式推理：Tensor Parallelism 与 Prefill/Decode 分离
@@ -215,7 +216,7 @@ print(f"TTFT（prefill 进程测得）中位数 {np.median(ttft) * 1e3:.1f} ms�
 # 在这里写你的答案
 
 
-# %% [markdown]
+# %% [markdown answer]
 # ### 参考答案
 
 # %% [answer]
