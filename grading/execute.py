@@ -7,14 +7,18 @@ very same path.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import shutil
+import signal
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grading import process_fence
 from grading.paths import hidden_roots, private_modules, python_roots
 from grading.spawn import ChildResult, ForkServer, FreshSpawner, base_env
 
@@ -38,11 +42,40 @@ class Fence:
     @classmethod
     def for_run(cls, model_dir: Path, *extra_hidden: Path, landlock: bool = True) -> "Fence":
         hidden = [str(p.resolve()) for p in [*hidden_roots(), *map(Path, extra_hidden)]]
-        return cls(Path(model_dir).resolve(), tuple(dict.fromkeys(hidden)), landlock)
+        return cls(shared_model(Path(model_dir).resolve()), tuple(dict.fromkeys(hidden)), landlock)
 
     def readable(self, harness: Path) -> list[str]:
         """Roots a graded process may read even inside a hidden one: its harness, the model, Python."""
         return [str(harness), str(self.model_dir), *map(str, python_roots())]
+
+
+def shared_model(model_dir: Path) -> Path:
+    """The model where the graded processes' unprivileged user can read it.
+
+    The tiny model lives in root's cache (under a 0700 home), which uid 65534
+    cannot reach; a grader running as root then reads it from a copy in the
+    system's temp folder, root-owned and read-only to others, one per content
+    (its name carries a digest of the files' names and bytes). The price:
+    one copy of a small model per content, never cleaned up by the grader.
+    """
+    if os.geteuid() != 0 or process_fence.reachable_by_others(str(model_dir)):
+        return model_dir
+    h = hashlib.sha256()
+    files = sorted(p for p in model_dir.rglob("*") if p.is_file())
+    for path in files:
+        h.update(path.relative_to(model_dir).as_posix().encode() + b"\0" + path.read_bytes())
+    target = Path(tempfile.gettempdir()) / f"inferlab-model-{h.hexdigest()[:16]}"
+    if not target.is_dir():
+        staging = Path(tempfile.mkdtemp(prefix="inferlab-model-"))
+        shutil.copytree(model_dir, staging / "model")
+        for path in [staging / "model", *(staging / "model").rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        try:
+            os.rename(staging / "model", target)
+        except OSError:
+            pass                                   # another worker made it first
+        shutil.rmtree(staging, ignore_errors=True)
+    return target if process_fence.reachable_by_others(str(target)) else model_dir
 
 
 def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
@@ -64,6 +97,33 @@ def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
                                         "hidden": list(fence.hidden), "modules": private_modules()}),
     })
     return env
+
+
+SANDBOX_UID = 65534
+
+
+def process_fence_spec(fence: Fence, harness: Path, scratch: Path) -> dict:
+    """What the zygote needs to fence a graded process: its user, what it reads, what it writes."""
+    return {"uid": SANDBOX_UID, "read": [str(harness), str(fence.model_dir)], "write": [str(scratch)]}
+
+
+def process_summary(child: ChildResult) -> dict:
+    """The process fence an item ran in, as the grader knows it (not what the graded process says)."""
+    if child.fence is None:
+        return {"pid_namespace": None, "missing": "no process fence (--spawn fresh, or the fence never reported)"}
+    summary = {k: v for k, v in child.fence.items() if k != "init"}
+    summary["pid_namespace"] = bool(summary.get("pid_namespace"))     # the inode differs every run: stable fields only
+    return summary
+
+
+def process_flags(child: ChildResult) -> list[str]:
+    """What the kernel's side of the fence saw: a refused process start, processes left behind."""
+    flags = [f"sandbox refused: {d}" for d in child.output.denials]
+    if child.status == -signal.SIGSYS:
+        flags.append("sandbox refused: the kernel killed the graded process for starting a process (seccomp)")
+    if child.survivors:
+        flags.append(f"{child.survivors} process(es) of this item were still alive after it ended (killed)")
+    return flags
 
 
 def pytest_argv(harness: Path, scratch: Path, select: list[str] | tuple[str, ...]) -> list[str]:
@@ -176,8 +236,9 @@ class Runner:
                 self._server = ForkServer()
         return self._server
 
-    def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False):
-        return self._spawner().start(mode, argv, cwd, env, with_stdin)
+    def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False,
+              fence: dict | None = None):
+        return self._spawner().start(mode, argv, cwd, env, with_stdin, fence=fence)
 
     def observe(self, harness: Path, scratch: Path, select, deadline_s: float, fence: Fence) -> Observed:
         """Run the selected hidden tests in one graded process and read back its observations."""
@@ -185,7 +246,8 @@ class Runner:
         if scratch.exists():
             shutil.rmtree(scratch)
         scratch.mkdir(parents=True)
-        child = self.start("pytest", pytest_argv(harness, scratch, select), harness, child_env(fence, harness, scratch))
+        child = self.start("pytest", pytest_argv(harness, scratch, select), harness, child_env(fence, harness, scratch),
+                           fence=process_fence_spec(fence, harness, scratch))
         result = child.wait(time.monotonic() + deadline_s)
         records, order, sandbox, problems = read_observations(scratch / OBSERVATIONS)
         return Observed(result, records, order, sandbox, problems)

@@ -14,6 +14,10 @@ thread drains continuously: megabytes of output cost the grader nothing but
 a byte count, and only a bounded head and tail are kept. At the deadline the
 whole process group (and the child itself, in case it left the group) gets
 SIGKILL. The exit status is recorded but never trusted for a verdict.
+
+A forked child asked for a `fence` also runs in its own PID namespace as an
+unprivileged user (grading/process_fence.py): killing it kills everything it
+started, wherever that went, and `Child.wait` checks that nothing is left.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grading import process_fence
 from grading.payload._inferlab_sandbox import DENIED_TAG
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
@@ -120,6 +125,8 @@ class ChildResult:
     timed_out: bool
     wall_s: float
     output: Output
+    fence: dict | None = None   # the process fence in force (grading.process_fence), None when there was none
+    survivors: int = 0          # processes of the item found alive after it ended (killed then)
 
 
 def _drain(fd: int, output: Output, stop: threading.Event) -> None:
@@ -154,8 +161,11 @@ class Child:
     """A running graded process: write to its stdin (if it has one), wait for it, or kill it."""
 
     def __init__(self, pid: int, output: Output, reader: threading.Thread, started: float,
-                 exited: threading.Event, status_box: list, stdin_fd: int | None, stop: threading.Event):
+                 exited: threading.Event, status_box: list, stdin_fd: int | None, stop: threading.Event,
+                 fence: dict | None = None):
         self.pid = pid
+        self.fence = fence
+        self.init = (fence or {}).get("init") or pid
         self._stop = stop
         self.output = output
         self._reader = reader
@@ -183,13 +193,41 @@ class Child:
             time.sleep(0.002)
         return None
 
+    def members(self) -> list[int]:
+        """Every process of this item (its PID namespace's, or just the graded process without one)."""
+        namespace = (self.fence or {}).get("pid_namespace")
+        return process_fence.members(namespace) if namespace else [self.init]
+
+    def pause(self) -> bool:
+        """Stop every process of the item (SIGSTOP); True once all of them are seen stopped."""
+        pids = self.members()
+        process_fence.signal_all(pids, signal.SIGSTOP)
+        until = time.monotonic() + 1.0
+        while time.monotonic() < until:
+            if all(process_fence.stopped(pid) for pid in pids):
+                return True
+            time.sleep(0.001)
+        return False
+
+    def resume(self) -> None:
+        process_fence.signal_all(self.members(), signal.SIGCONT)
+
     def wait(self, deadline: float) -> ChildResult:
-        """Wait until the child exits or `deadline` (time.monotonic) passes; kill it in the latter case."""
+        """Wait until the child exits or `deadline` (time.monotonic) passes; kill it in the latter case.
+
+        Killing the namespace's first process makes the kernel kill the rest of
+        it; whatever is still found in the namespace afterwards is killed and
+        counted as a survivor (there should never be any).
+        """
         timed_out = not self._exited.wait(max(0.0, deadline - time.monotonic()))
         if timed_out:
+            _kill_group(self.init)
             _kill_group(self.pid)
             self._exited.wait(10)
+        _kill_group(self.init)
         _kill_group(self.pid)                    # anything it left behind in its group
+        survivors = self.members() if (self.fence or {}).get("pid_namespace") else []
+        process_fence.signal_all(survivors, signal.SIGKILL)
         self._stop.set()
         self._reader.join(5)
         if self._stdin_fd is not None:
@@ -198,7 +236,8 @@ class Child:
             except OSError:
                 pass
             self._stdin_fd = None
-        return ChildResult(self._status[0], timed_out, time.monotonic() - self._started, self.output)
+        return ChildResult(self._status[0], timed_out, time.monotonic() - self._started, self.output, self.fence,
+                           len(survivors))
 
 
 def _fifo_pair(workdir: Path, key: str, want_stdin: bool) -> tuple[str, str | None]:
@@ -223,6 +262,8 @@ class ForkServer:
         self._waiters: dict[str, tuple[threading.Event, list]] = {}
         self._started: dict[str, threading.Event] = {}
         self._pids: dict[str, int] = {}
+        self._fences: dict[str, dict] = {}
+        self._fenced: dict[str, threading.Event] = {}
         self._send = threading.Lock()            # one request line at a time, whichever thread starts a child
         self.memory = memory_limit()
         self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(ZYGOTE)], stdin=subprocess.PIPE,
@@ -241,6 +282,9 @@ class ForkServer:
                 if message["event"] == "started":
                     self._pids[key] = message["pid"]
                     self._started[key].set()
+                elif message["event"] == "fence" and key in self._fenced:
+                    self._fences[key] = {k: v for k, v in message.items() if k not in ("id", "event")}
+                    self._fenced.pop(key).set()
                 elif message["event"] == "exited" and key in self._waiters:
                     event, box = self._waiters.pop(key)
                     box[0] = message["status"]
@@ -248,25 +292,29 @@ class ForkServer:
         with self._lock:                          # the zygote died: nothing will report any more
             for event, box in self._waiters.values():
                 event.set()
-            for event in self._started.values():
+            for event in [*self._started.values(), *self._fenced.values()]:
                 event.set()
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False,
-              path: list[str] | None = None) -> Child:
+              path: list[str] | None = None, fence: dict | None = None) -> Child:
+        """Fork a child; with `fence` ({"uid", "read", "write"}), inside its own process fence (zygote.fence)."""
         key = f"c{next(self._ids)}"
         out_path, in_path = _fifo_pair(self.workdir, key, with_stdin)
         # O_RDWR: opening never blocks, and the child's open for writing (or reading) does not either.
         read_fd = os.open(out_path, os.O_RDWR)
         stdin_fd = os.open(in_path, os.O_RDWR) if in_path else None
-        exited, box, started_evt = threading.Event(), [None], threading.Event()
+        exited, box, started_evt, fenced = threading.Event(), [None], threading.Event(), threading.Event()
         with self._lock:
             self._waiters[key] = (exited, box)
             self._started[key] = started_evt
+            if fence is not None:
+                self._fenced[key] = fenced
         request = {"id": key, "mode": mode, "argv": argv, "cwd": str(cwd), "env": env, "stdout": out_path,
-                   "stdin": in_path, "fsize": FSIZE_LIMIT, "memory": self.memory, "path": path or []}
+                   "stdin": in_path, "fsize": FSIZE_LIMIT, "memory": self.memory, "path": path or [],
+                   "fence": fence}
         started = time.monotonic()
         with self._send:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -278,7 +326,14 @@ class ForkServer:
         output, stop = Output(), threading.Event()
         reader = threading.Thread(target=_drain, args=(read_fd, output, stop), daemon=True)
         reader.start()
-        return Child(pid, output, reader, started, exited, box, stdin_fd, stop)
+        summary = None
+        if fence is not None:
+            while not fenced.wait(0.05) and not exited.is_set() and time.monotonic() < started + 30:
+                pass
+            with self._lock:
+                self._fenced.pop(key, None)
+                summary = self._fences.pop(key, None)
+        return Child(pid, output, reader, started, exited, box, stdin_fd, stop, summary)
 
     def close(self) -> None:
         try:
@@ -299,7 +354,9 @@ class FreshSpawner:
     def alive(self) -> bool:
         return True
 
-    def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False) -> Child:
+    def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False,
+              fence: dict | None = None) -> Child:
+        """Start the literal command; `fence` is not applied (ChildResult.fence stays None: see docs/grading.md)."""
         command = [sys.executable, "-I", "-B", *(["-m", "pytest"] if mode == "pytest" else []), *argv]
         memory = memory_limit()
 

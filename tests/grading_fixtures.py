@@ -41,3 +41,27 @@ def with_bodies(bodies: Mapping[str, str], tree: ReferenceTree) -> Callable[[Reg
     """Reference bodies except the given ones (dedented text, indented here to each region's level)."""
     from courseware.regions import reindent
     return lambda region: reindent(bodies[region.region_id], region.indent) if region.region_id in bodies else None
+
+
+def searchable_folder(prefix: str):
+    """A temp folder every user may search, removed at the end (a context manager).
+
+    pytest's temp folders are 0700, so the grader's unprivileged user (uid
+    65534) could not reach a harness there and the graded process would run as
+    uid 0 without capabilities instead; tests of that user grade in here.
+    """
+    import contextlib
+    import os
+    import tempfile
+
+    from grading.execute import clear
+
+    @contextlib.contextmanager
+    def folder():
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        os.chmod(path, 0o755)
+        try:
+            yield path
+        finally:
+            clear(path)
+    return folder()

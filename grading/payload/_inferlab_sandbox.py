@@ -3,12 +3,14 @@
 Copied into every harness as `_inferlab_sandbox.py`; standard library only (it
 must never import the `grading` package: that is where the golden outputs live).
 
-Two layers, both impossible to remove once in place:
+Three layers, all impossible to remove once in place:
 
 1. Landlock (`_inferlab_landlock`), where the kernel has it: reads only beneath
    the Python installation, system folders, the harness and the model; writes
    only beneath this item's scratch folder; no signals to the grader.
-2. A Python audit hook (PEP 578): refuses starting processes, signals, sockets,
+2. seccomp (`_inferlab_seccomp`): the kernel kills the process that tries to
+   start another one by any route (`_posixsubprocess`, native code, ...).
+3. A Python audit hook (PEP 578): refuses starting processes, signals, sockets,
    ctypes, importing the instructor's packages (`reference`, `grading`,
    `bugzoo`), reading the hidden roots (golden outputs, results, other
    submissions, the instructor's sources), writing outside scratch, symlinks,
@@ -84,7 +86,7 @@ def read_allowed(policy: Policy, path) -> bool:
 
 def install(policy: Policy, landlock_read_roots: list[str] | None = None) -> dict:
     """Fence this process. Returns what was put in place (recorded in the observations file)."""
-    summary: dict = {"audit_hook": True, "landlock": None}
+    summary: dict = {"audit_hook": True, "landlock": None, "seccomp": None}
     if landlock_read_roots is not None:
         try:
             import _inferlab_landlock
@@ -92,6 +94,11 @@ def install(policy: Policy, landlock_read_roots: list[str] | None = None) -> dic
                                                               [policy.scratch])
         except OSError as err:
             summary["landlock"] = {"error": str(err)}
+    try:
+        import _inferlab_seccomp
+        summary["seccomp"] = _inferlab_seccomp.restrict()
+    except OSError as err:
+        summary["seccomp"] = {"error": str(err)}
     _install_hook(policy)
     return summary
 
