@@ -147,12 +147,96 @@ class Observed:
     problems: list[str] = field(default_factory=list)
 
 
+class Malformed(ValueError):
+    """An observations line the grader refuses (the submission's fault, named in its result)."""
+
+
+MAX_LINE_BYTES = 2 << 20         # one test's line (the recorder caps a line at 1,000,000 characters)
+MAX_DEPTH = 64                   # nesting of one line (the recorder flattens values deeper than 50)
+MAX_INT_DIGITS = 40              # |n| < 10**40: far beyond any count, id or token the engine produces
+MAX_SANDBOX_BYTES = 4096
+MAX_PROBLEMS = 20
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise Malformed(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise Malformed(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _constant(name: str):
+    raise Malformed(f"{name} is not a JSON number")
+
+
+def _check_value(value: Any) -> None:
+    """Depth and string encoding of a parsed line, walked without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise Malformed(f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                raise Malformed("a string with an unpaired surrogate escape") from None
+        elif isinstance(node, dict):
+            stack += [(k, depth + 1) for k in node] + [(v, depth + 1) for v in node.values()]
+        elif isinstance(node, list):
+            stack += [(v, depth + 1) for v in node]
+
+
+def parse_line(raw: bytes) -> Any:
+    """One observations line as JSON, or Malformed naming what is wrong with it."""
+    if len(raw) > MAX_LINE_BYTES:
+        raise Malformed(f"{len(raw)} bytes long (limit {MAX_LINE_BYTES})")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Malformed("not UTF-8") from None
+    try:
+        value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except RecursionError:
+        raise Malformed(f"nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError:
+        raise Malformed("not JSON") from None
+    except ValueError as err:                                 # from the hooks above (Malformed is one)
+        raise Malformed(str(err)) from None
+    _check_value(value)
+    return value
+
+
+def _record_shape(record: Any) -> str | None:
+    """What is wrong with a test record's fields, or None."""
+    if not isinstance(record, dict):
+        return "not an object"
+    test, obs = record.get("test"), record.get("obs")
+    if not isinstance(test, str) or not isinstance(obs, list):
+        return "has no test id or observation list"
+    if len(test) > 1000:
+        return "has a test id over 1000 characters"
+    if not all(isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) for pair in obs):
+        return "has an observation that is not a [key, value] pair"
+    if not isinstance(record.get("complete", False), bool) or not isinstance(record.get("error"), (str, type(None))):
+        return "has a malformed 'complete' or 'error' field"
+    return None
+
+
 def read_observations(path: Path) -> tuple[dict[str, dict[str, Any]], list[str], dict | None, list[str]]:
     """Parse an observations file defensively: it was written by untrusted code.
 
     Returns (records by test id, test ids in order, sandbox summary, problems).
-    Malformed lines are skipped and named; a test reported twice keeps neither
-    report (so a forged second line cannot replace a failing first one).
+    Malformed lines (too long, not UTF-8, not JSON, nested too deeply, numbers
+    out of range, the wrong fields) are skipped and named as the submission's
+    problems, never raised; a test reported twice keeps neither report (so a
+    forged second line cannot replace a failing first one).
     """
     records: dict[str, dict[str, Any]] = {}
     order: list[str] = []
@@ -170,27 +254,29 @@ def read_observations(path: Path) -> tuple[dict[str, dict[str, Any]], list[str],
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            problems.append(f"observations line {number} is not JSON")
+            record = parse_line(raw)
+        except Malformed as err:
+            problems.append(f"observations line {number} refused: {err}")
             continue
-        if not isinstance(record, dict):
-            problems.append(f"observations line {number} is not an object")
+        if isinstance(record, dict) and "sandbox" in record and "test" not in record:
+            fits = isinstance(record["sandbox"], dict) and len(json.dumps(record["sandbox"])) <= MAX_SANDBOX_BYTES
+            if sandbox is None and fits:
+                sandbox = record["sandbox"]
             continue
-        if "sandbox" in record and "test" not in record:
-            sandbox = record["sandbox"] if sandbox is None else sandbox
+        shape = _record_shape(record)
+        if shape is not None:
+            problems.append(f"observations line {number} {shape}")
             continue
-        test = record.get("test")
-        if not isinstance(test, str) or not isinstance(record.get("obs"), list):
-            problems.append(f"observations line {number} has no test id or observation list")
-            continue
+        test = record["test"]
         if test in records or test in twice:
             twice.add(test)
             records.pop(test, None)
-            problems.append(f"test {test} was reported more than once: neither report counts")
+            problems.append(f"test {test[:200]} was reported more than once: neither report counts")
             continue
         records[test] = record
         order.append(test)
+    if len(problems) > MAX_PROBLEMS:
+        problems[MAX_PROBLEMS:] = [f"... and {len(problems) - MAX_PROBLEMS} more observations problem(s)"]
     return records, [t for t in order if t in records], sandbox, problems
 
 
