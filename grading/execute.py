@@ -94,7 +94,8 @@ def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
         "INFERLAB_OBSERVATIONS": str(scratch / OBSERVATIONS),
         "INFERLAB_LANDLOCK": json.dumps(fence.landlock),
         "INFERLAB_SANDBOX": json.dumps({"scratch": str(scratch), "readable": fence.readable(harness),
-                                        "hidden": list(fence.hidden), "modules": private_modules()}),
+                                        "hidden": list(fence.hidden), "modules": private_modules(),
+                                        "secret": [str(harness / "hidden")]}),
     })
     return env
 

@@ -87,11 +87,12 @@ def _private_proc() -> None:
 
 def _reachable(uid: int, read: list[str], write: list[str]) -> str | None:
     """The first folder `uid` could not use, tried with only the effective uid switched (None: all fine)."""
+    read = [path for path in read if os.path.exists(path)]          # as root: uid may not even see it
     os.setresgid(-1, uid, -1)
     os.setresuid(-1, uid, -1)
     try:
         for path in read:
-            if os.path.exists(path) and not os.access(path, os.R_OK | os.X_OK, effective_ids=True):
+            if not os.access(path, os.R_OK | os.X_OK, effective_ids=True):
                 return path
         for path in write:
             if not os.access(path, os.R_OK | os.W_OK | os.X_OK, effective_ids=True):

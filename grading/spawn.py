@@ -166,6 +166,17 @@ class Child:
         self.pid = pid
         self.fence = fence
         self.init = (fence or {}).get("init") or pid
+        self._namespace, self._namespace_fd = None, None
+        if (fence or {}).get("pid_namespace"):
+            # Held until the item is over: the namespace's inode number cannot be reused by another item's
+            # namespace meanwhile, so looking processes up by it never finds (and kills) someone else's.
+            # If the first process is gone already, so is everything else of its namespace.
+            try:
+                self._namespace_fd = os.open(f"/proc/{self.init}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+                if os.fstat(self._namespace_fd).st_ino == fence["pid_namespace"]:
+                    self._namespace = fence["pid_namespace"]
+            except OSError:
+                pass
         self._stop = stop
         self.output = output
         self._reader = reader
@@ -195,8 +206,7 @@ class Child:
 
     def members(self) -> list[int]:
         """Every process of this item (its PID namespace's, or just the graded process without one)."""
-        namespace = (self.fence or {}).get("pid_namespace")
-        return process_fence.members(namespace) if namespace else [self.init]
+        return process_fence.members(self._namespace) if self._namespace else [self.init]
 
     def pause(self) -> bool:
         """Stop every process of the item (SIGSTOP); True once all of them are seen stopped."""
@@ -212,6 +222,17 @@ class Child:
     def resume(self) -> None:
         process_fence.signal_all(self.members(), signal.SIGCONT)
 
+    def _leftovers(self, grace_s: float = 5.0) -> list[int]:
+        """Processes still in the namespace once its first process is gone and the kernel had `grace_s` to end them."""
+        if not self._namespace:
+            return []
+        until = time.monotonic() + grace_s
+        left = self.members()
+        while left and time.monotonic() < until:
+            time.sleep(0.01)
+            left = self.members()
+        return left
+
     def wait(self, deadline: float) -> ChildResult:
         """Wait until the child exits or `deadline` (time.monotonic) passes; kill it in the latter case.
 
@@ -226,8 +247,11 @@ class Child:
             self._exited.wait(10)
         _kill_group(self.init)
         _kill_group(self.pid)                    # anything it left behind in its group
-        survivors = self.members() if (self.fence or {}).get("pid_namespace") else []
+        survivors = self._leftovers()
         process_fence.signal_all(survivors, signal.SIGKILL)
+        if self._namespace_fd is not None:
+            os.close(self._namespace_fd)
+            self._namespace_fd = None
         self._stop.set()
         self._reader.join(5)
         if self._stdin_fd is not None:

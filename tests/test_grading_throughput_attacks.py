@@ -89,4 +89,5 @@ def test_a_hog_gains_nothing_and_the_reference_is_timed_alone(timed):
     for result in (hog, control):
         assert result.measurements["other_side_not_stopped"] == 0, result.measurements
         process = result.measurements["sandbox"]["process"]
-        assert process["pid_namespace"] is True and process["uid"] == 65534, process
+        assert process["pid_namespace"] is True, process
+        assert process["uid"] == 65534 or process["capabilities"] == "none", process
