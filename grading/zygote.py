@@ -98,11 +98,11 @@ def child(request: dict) -> None:
             resource.setrlimit(resource.RLIMIT_AS, (int(request["memory"]), int(request["memory"])))
         out = os.open(request["stdout"], os.O_WRONLY)     # before the fence: the FIFOs are the grader's, mode 0600
         inp = os.open(request["stdin"], os.O_RDONLY) if request.get("stdin") else os.open(os.devnull, os.O_RDONLY)
+        os.dup2(out, 2)                                   # a failing fence says why in the item's output
         if request.get("fence") is not None:
             reply({"id": request["id"], "event": "fence", **fence(request)})
         os.dup2(inp, 0)
         os.dup2(out, 1)
-        os.dup2(out, 2)
         os.closerange(3, 65536)
         sys.stdin = os.fdopen(0, "r", closefd=False)
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)

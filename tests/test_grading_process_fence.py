@@ -19,7 +19,8 @@ from grading.execute import SANDBOX_UID
 from grading.spawn import ForkServer, base_env
 from tests.grading_fixtures import searchable_folder
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the process fence needs a grader running as root")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="the process fence needs a grader running as root")]
 
 ESCAPE = '''import json, os, sys, time, _posixsubprocess
 marker = sys.argv[1]

@@ -246,3 +246,19 @@ def test_csv_gradescope_and_feedback_from_results(tmp_path):
     assert gradescope["tests"][0]["status"] == "failed" and gradescope["score"] == 0.0
     feedback = feedback_markdown(results[1])
     assert "**Score: 0 / 100**" in feedback and "BAD     b" in feedback and "flagged for review: x" in feedback
+
+
+# -- Landlock rules around the hidden tests -----------------------------------------------------
+
+def test_landlock_roots_cut_out_the_secret_folder_and_nothing_else(tmp_path):
+    from grading.payload._inferlab_sandbox import split_around
+    harness = tmp_path / "harness"
+    for folder in ("hidden/lab2", "student_exercises/engine"):
+        (harness / folder).mkdir(parents=True)
+    (harness / "conftest.py").write_text("")
+    (harness / "hidden" / "lab2" / "test_x.py").write_text("")
+    other = tmp_path / "model"
+    other.mkdir()
+    full, list_only = split_around([str(harness), str(other)], [str(harness / "hidden")])
+    assert sorted(full) == sorted([str(other), str(harness / "conftest.py"), str(harness / "student_exercises")])
+    assert sorted(list_only) == sorted([str(harness), str(harness / "hidden")])
