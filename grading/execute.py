@@ -75,7 +75,17 @@ def shared_model(model_dir: Path) -> Path:
         except OSError:
             pass                                   # another worker made it first
         shutil.rmtree(staging, ignore_errors=True)
-    return target if process_fence.reachable_by_others(str(target)) else model_dir
+    trusted = _owned_by_us_only(target)         # /tmp is everyone's: a folder someone else made there is not used
+    return target if trusted and process_fence.reachable_by_others(str(target)) else model_dir
+
+
+def _owned_by_us_only(folder: Path) -> bool:
+    """Every entry owned by this user and writable by nobody else."""
+    for path in [folder, *folder.rglob("*")]:
+        info = path.lstat()
+        if info.st_uid != os.geteuid() or info.st_mode & 0o022 or path.is_symlink():
+            return False
+    return True
 
 
 def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:

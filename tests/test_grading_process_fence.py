@@ -94,3 +94,22 @@ def test_the_item_sees_only_its_own_processes_and_no_privilege(runs):
         assert report["uid"] == SANDBOX_UID
     else:                                           # this machine's Python sits where uid 65534 cannot read
         assert report["uid"] == 0 and "cannot reach" in result.fence["missing"]
+
+
+def test_a_model_out_of_the_users_reach_is_read_from_a_root_owned_copy(tmp_path):
+    from grading import process_fence
+    from grading.execute import shared_model
+    private = tmp_path / "home"
+    (private / "model").mkdir(parents=True)
+    (private / "model" / "config.json").write_text('{"marker": "%s"}' % tmp_path.name)
+    private.chmod(0o700)
+    copy = shared_model(private / "model")
+    try:
+        assert copy != private / "model" and process_fence.reachable_by_others(str(copy))
+        assert (copy / "config.json").read_text() == (private / "model" / "config.json").read_text()
+        assert copy.stat().st_uid == 0 and not copy.stat().st_mode & 0o022
+        copy.chmod(0o777)                      # as if someone else had made (or could change) it: not trusted
+        assert shared_model(private / "model") == private / "model"
+    finally:
+        import shutil
+        shutil.rmtree(copy, ignore_errors=True)
