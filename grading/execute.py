@@ -121,7 +121,7 @@ def process_fence_spec(fence: Fence, harness: Path, scratch: Path) -> dict:
 def process_summary(child: ChildResult) -> dict:
     """The process fence an item ran in, as the grader knows it (not what the graded process says)."""
     if child.fence is None:
-        return {"pid_namespace": None, "missing": "no process fence (--spawn fresh, or the fence never reported)"}
+        return {"pid_namespace": None, "missing": "no process fence (the fence never reported)"}
     summary = {k: v for k, v in child.fence.items() if k != "init"}
     summary["pid_namespace"] = bool(summary.get("pid_namespace"))     # the inode differs every run: stable fields only
     return summary

@@ -28,17 +28,25 @@ How a forked item is fenced (`enter`, in the zygote's child C, then
 Without root (or without namespaces), `enter` returns the error and the item
 runs unfenced at this level; the summary's `missing` names what is missing.
 The seccomp filter of the payload refuses process creation in either case.
+
+`--spawn fresh` gets the same fence from this file run as a launcher (a fresh
+interpreter with no threads, so forking there is safe):
+
+    python -I -B grading/process_fence.py FENCE_JSON FD -- python -I -B -m pytest ...
+
+writes the summary to descriptor FD, closes it, and execs the command as G.
 """
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import sys
 
 CLONE_NEWNS, CLONE_NEWPID = 0x00020000, 0x20000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 24, 38
 NOBODY = 65534
 _CAP_VERSION_3 = 0x20080522
 
@@ -111,10 +119,20 @@ def _give(paths: list[str], uid: int) -> None:
 
 
 def _drop_capabilities() -> None:
-    """uid 0 without any capability: no DAC override, no ptrace of the grader, no mount, no renice of others."""
+    """uid 0 without any capability: no DAC override, no ptrace of the grader, no mount, no renice of others.
+
+    The bounding set is emptied and no_new_privs set first, so that an exec
+    (`--spawn fresh` execs the graded interpreter) cannot hand root its
+    capabilities back.
+    """
+    libc = _libc()
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break                                             # EINVAL: past the last capability this kernel has
+    _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)()
-    _check(_libc().capset(header, data), "capset")
+    _check(libc.capset(header, data), "capset")
 
 
 def _choose_user(spec: dict) -> dict:
@@ -196,3 +214,27 @@ def stopped(pid: int) -> bool:
             return handle.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
     except (OSError, IndexError):
         return False
+
+
+def launch(argv: list[str]) -> None:
+    """The launcher: fence, report the summary on the given descriptor, exec the command. Never returns."""
+    spec, fd, command = json.loads(argv[0]), int(argv[1]), argv[3:]
+    error = enter()
+    if error is not None:
+        summary = {"pid_namespace": None, "init": os.getpid(), "missing": f"no PID namespace ({error})"}
+    else:
+        pid = os.fork()
+        if pid != 0:
+            supervise(pid)
+        try:
+            summary = become_init(spec)
+        except BaseException as err:  # noqa: BLE001 - never run graded code half-fenced
+            print(f"inferlab: process fence failed: {err!r}", file=sys.stderr, flush=True)
+            os._exit(72)
+    os.write(fd, json.dumps(summary).encode())
+    os.close(fd)
+    os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    launch(sys.argv[1:])

@@ -15,7 +15,7 @@ a byte count, and only a bounded head and tail are kept. At the deadline the
 whole process group (and the child itself, in case it left the group) gets
 SIGKILL. The exit status is recorded but never trusted for a verdict.
 
-A forked child asked for a `fence` also runs in its own PID namespace as an
+A child asked for a `fence` also runs in its own PID namespace as an
 unprivileged user (grading/process_fence.py): killing it kills everything it
 started, wherever that went, and `Child.wait` checks that nothing is left.
 """
@@ -37,6 +37,7 @@ from grading import process_fence
 from grading.payload._inferlab_sandbox import DENIED_TAG
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
+PROCESS_FENCE = Path(__file__).with_name("process_fence.py")
 KEEP_BYTES = 16_384              # head and tail of a child's output kept for messages
 MAX_DENIALS = 50
 FSIZE_LIMIT = 64 << 20           # bytes any one file the child writes may reach
@@ -380,8 +381,13 @@ class FreshSpawner:
 
     def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False,
               fence: dict | None = None) -> Child:
-        """Start the literal command; `fence` is not applied (ChildResult.fence stays None: see docs/grading.md)."""
+        """Start the literal command; with `fence`, through grading/process_fence.py run as a launcher."""
         command = [sys.executable, "-I", "-B", *(["-m", "pytest"] if mode == "pytest" else []), *argv]
+        report_r = report_w = None
+        if fence is not None:
+            report_r, report_w = os.pipe()
+            command = [sys.executable, "-I", "-B", str(PROCESS_FENCE), json.dumps(fence), str(report_w), "--",
+                       *command]
         memory = memory_limit()
 
         def limits() -> None:
@@ -395,7 +401,11 @@ class FreshSpawner:
         started = time.monotonic()
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=limits)
+                                preexec_fn=limits, pass_fds=() if report_w is None else (report_w,))
+        summary = None
+        if report_w is not None:
+            os.close(report_w)
+            summary = _read_summary(report_r)
         output, stop = Output(), threading.Event()
         read_fd = os.dup(proc.stdout.fileno())
         proc.stdout.close()
@@ -411,7 +421,28 @@ class FreshSpawner:
         stdin_fd = os.dup(proc.stdin.fileno()) if with_stdin else None
         if with_stdin:
             proc.stdin.close()
-        return Child(proc.pid, output, reader, started, exited, box, stdin_fd, stop)
+        return Child(proc.pid, output, reader, started, exited, box, stdin_fd, stop, summary)
 
     def close(self) -> None:
         pass
+
+
+def _read_summary(fd: int, timeout_s: float = 30.0) -> dict | None:
+    """The launcher's fence summary (None when it failed before writing one)."""
+    import select
+    data = b""
+    until = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < until:
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                data += chunk
+    finally:
+        os.close(fd)
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        return None

@@ -1,4 +1,4 @@
-"""The process fence of a forked item (grading/process_fence.py), tested on the fork server directly.
+"""The process fence of an item (grading/process_fence.py), tested on both spawners directly.
 
 These children run plain scripts, without the payload's seccomp filter, so
 they can start processes the way an attack in a submission would try to
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from grading.execute import SANDBOX_UID
-from grading.spawn import ForkServer, base_env
+from grading.spawn import ForkServer, FreshSpawner, base_env
 from tests.grading_fixtures import searchable_folder
 
 pytestmark = [pytest.mark.slow,
@@ -54,25 +54,25 @@ def _sleepers(marker: str) -> list[int]:
     return found
 
 
-@pytest.fixture(scope="module")
-def runs():
+@pytest.fixture(scope="module", params=["fork", "fresh"])
+def runs(request):
     """Two items that start a setsid sleeper: one ends on its own, one is killed at its deadline."""
-    server = ForkServer()
     out = {}
-    try:
-        with searchable_folder("inferlab-fence-") as work:
+    with searchable_folder("inferlab-fence-") as work:
+        server = ForkServer() if request.param == "fork" else FreshSpawner(work)
+        try:
             script = work / "escape.py"
             script.write_text(ESCAPE)
             for how in ("exit", "hang"):
                 (work / how).mkdir()
-                marker = str(31_415_900 + len(how))
+                marker = str(31_415_900 + len(how) + 10 * (request.param == "fresh"))
                 child = server.start("script", [str(script), marker, str(os.getpid()), how], work, base_env(),
                                      fence={"uid": SANDBOX_UID, "read": [str(work)], "write": [str(work / how)]})
                 result = child.wait(time.monotonic() + (30 if how == "exit" else 4))
                 line = next(x for x in result.output.text().splitlines() if x.startswith("REPORT "))
                 out[how] = (result, json.loads(line[len("REPORT "):]), marker)
-    finally:
-        server.close()
+        finally:
+            server.close()
     return out
 
 
