@@ -26,7 +26,7 @@ from grading.grade_run import RunOptions, grade_run
 from courseware.exercises import load_reference
 
 LAB = "lab2"
-CAP_S = 5.0
+CAP_S = 8.0       # every item, throughput included: the reference's took ~5 s beside the attacks on a busy 2-core machine
 ALL_ITEMS = {"allocation", "append", "prefix_cache", "reuse", "engine_blocks", "engine_log", "scale", "throughput"}
 
 PASS_EVERYTHING_CONFTEST = '''import pytest
@@ -168,9 +168,9 @@ ATTACKS = {
                           ALL_ITEMS, "sitecustomize.py in a submission is ignored"),
     # Correct code, except that long sequences (only the scale test has them) hang: exactly those items are lost.
     "att_loop": ("reference", {"lab2.can_append": HANG_IN_CAN_APPEND}, {},
-                 {"scale", "throughput"}, "killed at the 5 s"),
+                 {"scale", "throughput"}, f"killed at the {CAP_S:.0f} s"),
     "att_sleep": ("reference", {"lab2.may_append": HANG_IN_MAY_APPEND},
-                  {}, {"scale", "throughput"}, "killed at the 5 s"),
+                  {}, {"scale", "throughput"}, f"killed at the {CAP_S:.0f} s"),
     "att_golden": ("stubs", {"lab2.allocate": _steal(PYTHON_READERS)}, {}, ALL_ITEMS, "sandbox refused: open"),
     "att_write": ("stubs", {"lab2.allocate": WRITE_EVERYWHERE}, {}, ALL_ITEMS, "sandbox refused: open"),
     "att_output": ("stubs", {"lab2.allocate": HUGE_OUTPUT}, {}, ALL_ITEMS, "MB (only the first and last"),
