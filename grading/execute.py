@@ -7,14 +7,18 @@ very same path.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import shutil
+import signal
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grading import process_fence
 from grading.paths import hidden_roots, private_modules, python_roots
 from grading.spawn import ChildResult, ForkServer, FreshSpawner, base_env
 
@@ -38,11 +42,50 @@ class Fence:
     @classmethod
     def for_run(cls, model_dir: Path, *extra_hidden: Path, landlock: bool = True) -> "Fence":
         hidden = [str(p.resolve()) for p in [*hidden_roots(), *map(Path, extra_hidden)]]
-        return cls(Path(model_dir).resolve(), tuple(dict.fromkeys(hidden)), landlock)
+        return cls(shared_model(Path(model_dir).resolve()), tuple(dict.fromkeys(hidden)), landlock)
 
     def readable(self, harness: Path) -> list[str]:
         """Roots a graded process may read even inside a hidden one: its harness, the model, Python."""
         return [str(harness), str(self.model_dir), *map(str, python_roots())]
+
+
+def shared_model(model_dir: Path) -> Path:
+    """The model where the graded processes' unprivileged user can read it.
+
+    The tiny model lives in root's cache (under a 0700 home), which uid 65534
+    cannot reach; a grader running as root then reads it from a copy in the
+    system's temp folder, root-owned and read-only to others, one per content
+    (its name carries a digest of the files' names and bytes). The price:
+    one copy of a small model per content, never cleaned up by the grader.
+    """
+    if os.geteuid() != 0 or process_fence.reachable_by_others(str(model_dir)):
+        return model_dir
+    h = hashlib.sha256()
+    files = sorted(p for p in model_dir.rglob("*") if p.is_file())
+    for path in files:
+        h.update(path.relative_to(model_dir).as_posix().encode() + b"\0" + path.read_bytes())
+    target = Path(tempfile.gettempdir()) / f"inferlab-model-{h.hexdigest()[:16]}"
+    if not target.is_dir():
+        staging = Path(tempfile.mkdtemp(prefix="inferlab-model-"))
+        shutil.copytree(model_dir, staging / "model")
+        for path in [staging / "model", *(staging / "model").rglob("*")]:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+        try:
+            os.rename(staging / "model", target)
+        except OSError:
+            pass                                   # another worker made it first
+        shutil.rmtree(staging, ignore_errors=True)
+    trusted = _owned_by_us_only(target)         # /tmp is everyone's: a folder someone else made there is not used
+    return target if trusted and process_fence.reachable_by_others(str(target)) else model_dir
+
+
+def _owned_by_us_only(folder: Path) -> bool:
+    """Every entry owned by this user and writable by nobody else."""
+    for path in [folder, *folder.rglob("*")]:
+        info = path.lstat()
+        if info.st_uid != os.geteuid() or info.st_mode & 0o022 or path.is_symlink():
+            return False
+    return True
 
 
 def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
@@ -61,9 +104,37 @@ def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
         "INFERLAB_OBSERVATIONS": str(scratch / OBSERVATIONS),
         "INFERLAB_LANDLOCK": json.dumps(fence.landlock),
         "INFERLAB_SANDBOX": json.dumps({"scratch": str(scratch), "readable": fence.readable(harness),
-                                        "hidden": list(fence.hidden), "modules": private_modules()}),
+                                        "hidden": list(fence.hidden), "modules": private_modules(),
+                                        "secret": [str(harness / "hidden")]}),
     })
     return env
+
+
+SANDBOX_UID = 65534
+
+
+def process_fence_spec(fence: Fence, harness: Path, scratch: Path) -> dict:
+    """What the zygote needs to fence a graded process: its user, what it reads, what it writes."""
+    return {"uid": SANDBOX_UID, "read": [str(harness), str(fence.model_dir)], "write": [str(scratch)]}
+
+
+def process_summary(child: ChildResult) -> dict:
+    """The process fence an item ran in, as the grader knows it (not what the graded process says)."""
+    if child.fence is None:
+        return {"pid_namespace": None, "missing": "no process fence (the fence never reported)"}
+    summary = {k: v for k, v in child.fence.items() if k != "init"}
+    summary["pid_namespace"] = bool(summary.get("pid_namespace"))     # the inode differs every run: stable fields only
+    return summary
+
+
+def process_flags(child: ChildResult) -> list[str]:
+    """What the kernel's side of the fence saw: a refused process start, processes left behind."""
+    flags = [f"sandbox refused: {d}" for d in child.output.denials]
+    if child.status == -signal.SIGSYS:
+        flags.append("sandbox refused: the kernel killed the graded process for starting a process (seccomp)")
+    if child.survivors:
+        flags.append(f"{child.survivors} process(es) of this item were still alive after it ended (killed)")
+    return flags
 
 
 def pytest_argv(harness: Path, scratch: Path, select: list[str] | tuple[str, ...]) -> list[str]:
@@ -87,12 +158,96 @@ class Observed:
     problems: list[str] = field(default_factory=list)
 
 
+class Malformed(ValueError):
+    """An observations line the grader refuses (the submission's fault, named in its result)."""
+
+
+MAX_LINE_BYTES = 2 << 20         # one test's line (the recorder caps a line at 1,000,000 characters)
+MAX_DEPTH = 64                   # nesting of one line (the recorder flattens values deeper than 50)
+MAX_INT_DIGITS = 40              # |n| < 10**40: far beyond any count, id or token the engine produces
+MAX_SANDBOX_BYTES = 4096
+MAX_PROBLEMS = 20
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise Malformed(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise Malformed(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _constant(name: str):
+    raise Malformed(f"{name} is not a JSON number")
+
+
+def _check_value(value: Any) -> None:
+    """Depth and string encoding of a parsed line, walked without recursion."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise Malformed(f"nested deeper than {MAX_DEPTH} levels")
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                raise Malformed("a string with an unpaired surrogate escape") from None
+        elif isinstance(node, dict):
+            stack += [(k, depth + 1) for k in node] + [(v, depth + 1) for v in node.values()]
+        elif isinstance(node, list):
+            stack += [(v, depth + 1) for v in node]
+
+
+def parse_line(raw: bytes) -> Any:
+    """One observations line as JSON, or Malformed naming what is wrong with it."""
+    if len(raw) > MAX_LINE_BYTES:
+        raise Malformed(f"{len(raw)} bytes long (limit {MAX_LINE_BYTES})")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise Malformed("not UTF-8") from None
+    try:
+        value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except RecursionError:
+        raise Malformed(f"nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError:
+        raise Malformed("not JSON") from None
+    except ValueError as err:                                 # from the hooks above (Malformed is one)
+        raise Malformed(str(err)) from None
+    _check_value(value)
+    return value
+
+
+def _record_shape(record: Any) -> str | None:
+    """What is wrong with a test record's fields, or None."""
+    if not isinstance(record, dict):
+        return "not an object"
+    test, obs = record.get("test"), record.get("obs")
+    if not isinstance(test, str) or not isinstance(obs, list):
+        return "has no test id or observation list"
+    if len(test) > 1000:
+        return "has a test id over 1000 characters"
+    if not all(isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) for pair in obs):
+        return "has an observation that is not a [key, value] pair"
+    if not isinstance(record.get("complete", False), bool) or not isinstance(record.get("error"), (str, type(None))):
+        return "has a malformed 'complete' or 'error' field"
+    return None
+
+
 def read_observations(path: Path) -> tuple[dict[str, dict[str, Any]], list[str], dict | None, list[str]]:
     """Parse an observations file defensively: it was written by untrusted code.
 
     Returns (records by test id, test ids in order, sandbox summary, problems).
-    Malformed lines are skipped and named; a test reported twice keeps neither
-    report (so a forged second line cannot replace a failing first one).
+    Malformed lines (too long, not UTF-8, not JSON, nested too deeply, numbers
+    out of range, the wrong fields) are skipped and named as the submission's
+    problems, never raised; a test reported twice keeps neither report (so a
+    forged second line cannot replace a failing first one).
     """
     records: dict[str, dict[str, Any]] = {}
     order: list[str] = []
@@ -110,27 +265,29 @@ def read_observations(path: Path) -> tuple[dict[str, dict[str, Any]], list[str],
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            problems.append(f"observations line {number} is not JSON")
+            record = parse_line(raw)
+        except Malformed as err:
+            problems.append(f"observations line {number} refused: {err}")
             continue
-        if not isinstance(record, dict):
-            problems.append(f"observations line {number} is not an object")
+        if isinstance(record, dict) and "sandbox" in record and "test" not in record:
+            fits = isinstance(record["sandbox"], dict) and len(json.dumps(record["sandbox"])) <= MAX_SANDBOX_BYTES
+            if sandbox is None and fits:
+                sandbox = record["sandbox"]
             continue
-        if "sandbox" in record and "test" not in record:
-            sandbox = record["sandbox"] if sandbox is None else sandbox
+        shape = _record_shape(record)
+        if shape is not None:
+            problems.append(f"observations line {number} {shape}")
             continue
-        test = record.get("test")
-        if not isinstance(test, str) or not isinstance(record.get("obs"), list):
-            problems.append(f"observations line {number} has no test id or observation list")
-            continue
+        test = record["test"]
         if test in records or test in twice:
             twice.add(test)
             records.pop(test, None)
-            problems.append(f"test {test} was reported more than once: neither report counts")
+            problems.append(f"test {test[:200]} was reported more than once: neither report counts")
             continue
         records[test] = record
         order.append(test)
+    if len(problems) > MAX_PROBLEMS:
+        problems[MAX_PROBLEMS:] = [f"... and {len(problems) - MAX_PROBLEMS} more observations problem(s)"]
     return records, [t for t in order if t in records], sandbox, problems
 
 
@@ -176,8 +333,9 @@ class Runner:
                 self._server = ForkServer()
         return self._server
 
-    def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False):
-        return self._spawner().start(mode, argv, cwd, env, with_stdin)
+    def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False,
+              fence: dict | None = None):
+        return self._spawner().start(mode, argv, cwd, env, with_stdin, fence=fence)
 
     def observe(self, harness: Path, scratch: Path, select, deadline_s: float, fence: Fence) -> Observed:
         """Run the selected hidden tests in one graded process and read back its observations."""
@@ -185,7 +343,8 @@ class Runner:
         if scratch.exists():
             shutil.rmtree(scratch)
         scratch.mkdir(parents=True)
-        child = self.start("pytest", pytest_argv(harness, scratch, select), harness, child_env(fence, harness, scratch))
+        child = self.start("pytest", pytest_argv(harness, scratch, select), harness, child_env(fence, harness, scratch),
+                           fence=process_fence_spec(fence, harness, scratch))
         result = child.wait(time.monotonic() + deadline_s)
         records, order, sandbox, problems = read_observations(scratch / OBSERVATIONS)
         return Observed(result, records, order, sandbox, problems)

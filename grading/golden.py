@@ -52,6 +52,7 @@ def build_golden(lab: str, workdir: Path | None = None, spawn: str = "fork", rub
     gpu = cuda_available()
     with tempfile.TemporaryDirectory(prefix=f"golden-{lab}-", dir=workdir) as tmp:
         root = Path(tmp)
+        root.chmod(0o755)            # so that the graded processes' unprivileged user can reach the harness
         harness = build_harness(root / "harness", lab, tree)
         fence = Fence.for_run(model_dir(), root)
         runner = Runner(root / "run", spawn)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grading.execute import Fence, Observed, Runner, clear
+from grading.execute import Fence, Observed, Runner, clear, process_flags, process_summary
 from grading.harness import digest
 from grading.judge import judge_item
 from grading.report_check import check_report
@@ -57,7 +57,7 @@ def _skip(item: Item, status: str, message: str) -> ItemResult:
 
 
 def observed_flags(run: Observed, expected: list[str], deadline_s: float) -> list[str]:
-    flags = [f"sandbox refused: {d}" for d in run.child.output.denials]
+    flags = process_flags(run.child)
     if run.child.timed_out:
         flags.append(f"killed at the {deadline_s:.0f} s deadline")
     missing = [t for t in expected if t not in run.records]
@@ -112,7 +112,7 @@ def run_observed(item: Item, ctx: ItemContext) -> ItemResult:
                       message, details=details, flags=flags,
                       tests={"expected": verdict.tests_expected, "passed": verdict.tests_passed},
                       wall_s=round(run.child.wall_s, 3), output_tail=run.child.output.text()[-2000:],
-                      measurements={"sandbox": run.sandbox})
+                      measurements={"sandbox": {**(run.sandbox or {}), "process": process_summary(run.child)}})
 
 
 def partial_points(points: int, passed: int, expected: int, status: str) -> int:

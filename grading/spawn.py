@@ -14,6 +14,10 @@ thread drains continuously: megabytes of output cost the grader nothing but
 a byte count, and only a bounded head and tail are kept. At the deadline the
 whole process group (and the child itself, in case it left the group) gets
 SIGKILL. The exit status is recorded but never trusted for a verdict.
+
+A child asked for a `fence` also runs in its own PID namespace as an
+unprivileged user (grading/process_fence.py): killing it kills everything it
+started, wherever that went, and `Child.wait` checks that nothing is left.
 """
 from __future__ import annotations
 
@@ -29,9 +33,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grading import process_fence
 from grading.payload._inferlab_sandbox import DENIED_TAG
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
+PROCESS_FENCE = Path(__file__).with_name("process_fence.py")
 KEEP_BYTES = 16_384              # head and tail of a child's output kept for messages
 MAX_DENIALS = 50
 FSIZE_LIMIT = 64 << 20           # bytes any one file the child writes may reach
@@ -120,6 +126,8 @@ class ChildResult:
     timed_out: bool
     wall_s: float
     output: Output
+    fence: dict | None = None   # the process fence in force (grading.process_fence), None when there was none
+    survivors: int = 0          # processes of the item found alive after it ended (killed then)
 
 
 def _drain(fd: int, output: Output, stop: threading.Event) -> None:
@@ -154,8 +162,22 @@ class Child:
     """A running graded process: write to its stdin (if it has one), wait for it, or kill it."""
 
     def __init__(self, pid: int, output: Output, reader: threading.Thread, started: float,
-                 exited: threading.Event, status_box: list, stdin_fd: int | None, stop: threading.Event):
+                 exited: threading.Event, status_box: list, stdin_fd: int | None, stop: threading.Event,
+                 fence: dict | None = None):
         self.pid = pid
+        self.fence = fence
+        self.init = (fence or {}).get("init") or pid
+        self._namespace, self._namespace_fd = None, None
+        if (fence or {}).get("pid_namespace"):
+            # Held until the item is over: the namespace's inode number cannot be reused by another item's
+            # namespace meanwhile, so looking processes up by it never finds (and kills) someone else's.
+            # If the first process is gone already, so is everything else of its namespace.
+            try:
+                self._namespace_fd = os.open(f"/proc/{self.init}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+                if os.fstat(self._namespace_fd).st_ino == fence["pid_namespace"]:
+                    self._namespace = fence["pid_namespace"]
+            except OSError:
+                pass
         self._stop = stop
         self.output = output
         self._reader = reader
@@ -183,13 +205,54 @@ class Child:
             time.sleep(0.002)
         return None
 
+    def members(self) -> list[int]:
+        """Every process of this item (its PID namespace's, or just the graded process without one)."""
+        return process_fence.members(self._namespace) if self._namespace else [self.init]
+
+    def pause(self) -> bool:
+        """Stop every process of the item (SIGSTOP); True once all of them are seen stopped."""
+        pids = self.members()
+        process_fence.signal_all(pids, signal.SIGSTOP)
+        until = time.monotonic() + 1.0
+        while time.monotonic() < until:
+            if all(process_fence.stopped(pid) for pid in pids):
+                return True
+            time.sleep(0.001)
+        return False
+
+    def resume(self) -> None:
+        process_fence.signal_all(self.members(), signal.SIGCONT)
+
+    def _leftovers(self, grace_s: float = 5.0) -> list[int]:
+        """Processes still in the namespace once its first process is gone and the kernel had `grace_s` to end them."""
+        if not self._namespace:
+            return []
+        until = time.monotonic() + grace_s
+        left = self.members()
+        while left and time.monotonic() < until:
+            time.sleep(0.01)
+            left = self.members()
+        return left
+
     def wait(self, deadline: float) -> ChildResult:
-        """Wait until the child exits or `deadline` (time.monotonic) passes; kill it in the latter case."""
+        """Wait until the child exits or `deadline` (time.monotonic) passes; kill it in the latter case.
+
+        Killing the namespace's first process makes the kernel kill the rest of
+        it; whatever is still found in the namespace afterwards is killed and
+        counted as a survivor (there should never be any).
+        """
         timed_out = not self._exited.wait(max(0.0, deadline - time.monotonic()))
         if timed_out:
+            _kill_group(self.init)
             _kill_group(self.pid)
             self._exited.wait(10)
+        _kill_group(self.init)
         _kill_group(self.pid)                    # anything it left behind in its group
+        survivors = self._leftovers()
+        process_fence.signal_all(survivors, signal.SIGKILL)
+        if self._namespace_fd is not None:
+            os.close(self._namespace_fd)
+            self._namespace_fd = None
         self._stop.set()
         self._reader.join(5)
         if self._stdin_fd is not None:
@@ -198,7 +261,8 @@ class Child:
             except OSError:
                 pass
             self._stdin_fd = None
-        return ChildResult(self._status[0], timed_out, time.monotonic() - self._started, self.output)
+        return ChildResult(self._status[0], timed_out, time.monotonic() - self._started, self.output, self.fence,
+                           len(survivors))
 
 
 def _fifo_pair(workdir: Path, key: str, want_stdin: bool) -> tuple[str, str | None]:
@@ -223,6 +287,8 @@ class ForkServer:
         self._waiters: dict[str, tuple[threading.Event, list]] = {}
         self._started: dict[str, threading.Event] = {}
         self._pids: dict[str, int] = {}
+        self._fences: dict[str, dict] = {}
+        self._fenced: dict[str, threading.Event] = {}
         self._send = threading.Lock()            # one request line at a time, whichever thread starts a child
         self.memory = memory_limit()
         self.proc = subprocess.Popen([sys.executable, "-I", "-B", str(ZYGOTE)], stdin=subprocess.PIPE,
@@ -241,6 +307,9 @@ class ForkServer:
                 if message["event"] == "started":
                     self._pids[key] = message["pid"]
                     self._started[key].set()
+                elif message["event"] == "fence" and key in self._fenced:
+                    self._fences[key] = {k: v for k, v in message.items() if k not in ("id", "event")}
+                    self._fenced.pop(key).set()
                 elif message["event"] == "exited" and key in self._waiters:
                     event, box = self._waiters.pop(key)
                     box[0] = message["status"]
@@ -248,25 +317,29 @@ class ForkServer:
         with self._lock:                          # the zygote died: nothing will report any more
             for event, box in self._waiters.values():
                 event.set()
-            for event in self._started.values():
+            for event in [*self._started.values(), *self._fenced.values()]:
                 event.set()
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False,
-              path: list[str] | None = None) -> Child:
+              path: list[str] | None = None, fence: dict | None = None) -> Child:
+        """Fork a child; with `fence` ({"uid", "read", "write"}), inside its own process fence (zygote.fence)."""
         key = f"c{next(self._ids)}"
         out_path, in_path = _fifo_pair(self.workdir, key, with_stdin)
         # O_RDWR: opening never blocks, and the child's open for writing (or reading) does not either.
         read_fd = os.open(out_path, os.O_RDWR)
         stdin_fd = os.open(in_path, os.O_RDWR) if in_path else None
-        exited, box, started_evt = threading.Event(), [None], threading.Event()
+        exited, box, started_evt, fenced = threading.Event(), [None], threading.Event(), threading.Event()
         with self._lock:
             self._waiters[key] = (exited, box)
             self._started[key] = started_evt
+            if fence is not None:
+                self._fenced[key] = fenced
         request = {"id": key, "mode": mode, "argv": argv, "cwd": str(cwd), "env": env, "stdout": out_path,
-                   "stdin": in_path, "fsize": FSIZE_LIMIT, "memory": self.memory, "path": path or []}
+                   "stdin": in_path, "fsize": FSIZE_LIMIT, "memory": self.memory, "path": path or [],
+                   "fence": fence}
         started = time.monotonic()
         with self._send:
             self.proc.stdin.write((json.dumps(request) + "\n").encode())
@@ -278,7 +351,14 @@ class ForkServer:
         output, stop = Output(), threading.Event()
         reader = threading.Thread(target=_drain, args=(read_fd, output, stop), daemon=True)
         reader.start()
-        return Child(pid, output, reader, started, exited, box, stdin_fd, stop)
+        summary = None
+        if fence is not None:
+            while not fenced.wait(0.05) and not exited.is_set() and time.monotonic() < started + 30:
+                pass
+            with self._lock:
+                self._fenced.pop(key, None)
+                summary = self._fences.pop(key, None)
+        return Child(pid, output, reader, started, exited, box, stdin_fd, stop, summary)
 
     def close(self) -> None:
         try:
@@ -299,8 +379,15 @@ class FreshSpawner:
     def alive(self) -> bool:
         return True
 
-    def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False) -> Child:
+    def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False,
+              fence: dict | None = None) -> Child:
+        """Start the literal command; with `fence`, through grading/process_fence.py run as a launcher."""
         command = [sys.executable, "-I", "-B", *(["-m", "pytest"] if mode == "pytest" else []), *argv]
+        report_r = report_w = None
+        if fence is not None:
+            report_r, report_w = os.pipe()
+            command = [sys.executable, "-I", "-B", str(PROCESS_FENCE), json.dumps(fence), str(report_w), "--",
+                       *command]
         memory = memory_limit()
 
         def limits() -> None:
@@ -314,7 +401,11 @@ class FreshSpawner:
         started = time.monotonic()
         proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=limits)
+                                preexec_fn=limits, pass_fds=() if report_w is None else (report_w,))
+        summary = None
+        if report_w is not None:
+            os.close(report_w)
+            summary = _read_summary(report_r)
         output, stop = Output(), threading.Event()
         read_fd = os.dup(proc.stdout.fileno())
         proc.stdout.close()
@@ -330,7 +421,28 @@ class FreshSpawner:
         stdin_fd = os.dup(proc.stdin.fileno()) if with_stdin else None
         if with_stdin:
             proc.stdin.close()
-        return Child(proc.pid, output, reader, started, exited, box, stdin_fd, stop)
+        return Child(proc.pid, output, reader, started, exited, box, stdin_fd, stop, summary)
 
     def close(self) -> None:
         pass
+
+
+def _read_summary(fd: int, timeout_s: float = 30.0) -> dict | None:
+    """The launcher's fence summary (None when it failed before writing one)."""
+    import select
+    data = b""
+    until = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < until:
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            if ready:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                data += chunk
+    finally:
+        os.close(fd)
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        return None

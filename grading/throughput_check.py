@@ -8,6 +8,14 @@ that both produced the same greedy tokens. The score uses the median of the
 per-round ratios reference_time / student_time, so a slow moment of the
 machine (another worker, the OS) affects one round, not the grade.
 
+While one side is timed, every process of the other side is stopped
+(SIGSTOP to its whole PID namespace, confirmed by reading its state): a
+submission cannot burn CPU, renice or otherwise slow the reference while the
+reference is measured (a hog engine once gained the throughput points that
+way), and no student process is alive-and-running at that moment. The price:
+a round takes the two sides one after the other, as before, plus a few
+milliseconds to stop and resume.
+
 Only pass/fail reaches the result's stable fields; the measured ratios go to
 `measurements`, which may differ from one grading to the next.
 """
@@ -18,7 +26,7 @@ import statistics
 import time
 from pathlib import Path
 
-from grading.execute import Fence, Runner, child_env, clear
+from grading.execute import Fence, Runner, child_env, clear, process_fence_spec, process_flags, process_summary
 from grading.results import ItemResult
 from grading.rubric import Item
 
@@ -43,8 +51,10 @@ def run_throughput(item: Item, runner: Runner, student_harness: Path, reference_
         own = scratch / name
         own.mkdir(parents=True)
         children[name] = runner.start("script", [str(harness / SCRIPT), workload], harness,
-                                      child_env(fence, harness, own), with_stdin=True)
+                                      child_env(fence, harness, own), with_stdin=True,
+                                      fence=process_fence_spec(fence, harness, own))
     times: dict[str, list[float]] = {"student": [], "reference": []}
+    not_stopped = 0                      # rounds in which the side not timed could not be seen stopped
     problem = ""
     try:
         for name, child in children.items():
@@ -57,6 +67,9 @@ def run_throughput(item: Item, runner: Runner, student_harness: Path, reference_
             digests = {}
             for name in order:
                 child = children[name]
+                other = children["reference" if name == "student" else "student"]
+                child.resume()
+                not_stopped += not other.pause()
                 started = time.monotonic()
                 child.send(f"RUN {seed}")
                 line = _expect(child, "DONE", deadline)
@@ -72,15 +85,17 @@ def run_throughput(item: Item, runner: Runner, student_harness: Path, reference_
                 break
     finally:
         for child in children.values():
+            child.resume()
             try:
                 child.send("EXIT")
             except OSError:
                 pass
         results = {name: child.wait(min(deadline, time.monotonic() + 10)) for name, child in children.items()}
-    flags = [f"sandbox refused: {d}" for d in results["student"].output.denials]
+    flags = process_flags(results["student"])
     timed_out = results["student"].timed_out and not problem
     ratios = [ref / mine for ref, mine in zip(times["reference"], times["student"]) if mine > 0]
-    measurements = {"student_s": times["student"], "reference_s": times["reference"], "ratios": ratios}
+    measurements = {"student_s": times["student"], "reference_s": times["reference"], "ratios": ratios,
+                    "other_side_not_stopped": not_stopped, "sandbox": {"process": process_summary(results["student"])}}
     if ratios and len(ratios) == rounds and not problem:
         ratio = statistics.median(ratios)
         measurements["median_ratio"] = ratio

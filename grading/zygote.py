@@ -16,12 +16,17 @@ It is run as a script, not `-m grading.zygote`, so that not even the
 `grading` package is imported into what the children inherit.
 
 Protocol, one JSON object per line. Requests on stdin:
-    {"id", "mode": "pytest" | "script", "argv", "cwd", "env", "stdout", "stdin", "fsize", "memory", "path"}
+    {"id", "mode": "pytest" | "script", "argv", "cwd", "env", "stdout", "stdin", "fsize", "memory", "path",
+     "fence"}
 (`stdout`/`stdin` are FIFO paths made by the grader; `stdin` may be null; `path`, optional, lists
 folders put first on the child's sys.path: the project's CI runs the public suites this way, one
 tree per child. The grader passes none: its harness's pytest.ini says `pythonpath = .`.)
+`fence`, optional, is {"uid", "read": [folders], "write": [folders]}: the child then runs in its
+own PID and mount namespaces as an unprivileged user (grading/process_fence.py).
 Replies on stdout: {"id", "event": "started", "pid"} and {"id", "event": "exited", "status"},
-`status` being the exit code, or minus the signal number.
+`status` being the exit code, or minus the signal number; with `fence`, also
+{"id", "event": "fence", "init", "pid_namespace", "uid", ...} from the graded process itself (before
+any graded code runs), `init` being its pid as the grader sees it.
 """
 from __future__ import annotations
 
@@ -48,6 +53,36 @@ def preload() -> None:
     transformers.logging.set_verbosity_error()
 
 
+def _process_fence():
+    """grading/process_fence.py, loaded by path (this process must not import the `grading` package)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "process_fence.py")
+    spec = importlib.util.spec_from_file_location("_inferlab_process_fence", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fence(request: dict) -> dict:
+    """Put this child in its own PID and mount namespaces, as PID 1, unprivileged (see process_fence).
+
+    This process (C) forks the graded process (G) into the new namespace and
+    only waits for it; G returns from here with a summary of the fence.
+    """
+    pf = _process_fence()
+    error = pf.enter()
+    if error is not None:
+        return {"pid_namespace": None, "init": os.getpid(), "missing": f"no PID namespace ({error})"}
+    pid = os.fork()
+    if pid != 0:
+        pf.supervise(pid)
+    try:
+        return pf.become_init(request["fence"])
+    except BaseException as err:  # noqa: BLE001 - never run graded code half-fenced
+        print(f"inferlab zygote: process fence failed: {err!r}", file=sys.stderr, flush=True)
+        os._exit(72)
+
+
 def child(request: dict) -> None:
     """In the forked child: become the graded process. Never returns."""
     code = 70
@@ -61,11 +96,13 @@ def child(request: dict) -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if request.get("memory"):
             resource.setrlimit(resource.RLIMIT_AS, (int(request["memory"]), int(request["memory"])))
-        out = os.open(request["stdout"], os.O_WRONLY)
+        out = os.open(request["stdout"], os.O_WRONLY)     # before the fence: the FIFOs are the grader's, mode 0600
         inp = os.open(request["stdin"], os.O_RDONLY) if request.get("stdin") else os.open(os.devnull, os.O_RDONLY)
+        os.dup2(out, 2)                                   # a failing fence says why in the item's output
+        if request.get("fence") is not None:
+            reply({"id": request["id"], "event": "fence", **fence(request)})
         os.dup2(inp, 0)
         os.dup2(out, 1)
-        os.dup2(out, 2)
         os.closerange(3, 65536)
         sys.stdin = os.fdopen(0, "r", closefd=False)
         sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)

@@ -68,3 +68,27 @@ def insert_in_region(text: str, region_id: str, line: str) -> str:
         at += 1
     lines.insert(at, indent + line + "\n")
     return "".join(lines)
+
+
+def searchable_folder(prefix: str):
+    """A temp folder every user may search, removed at the end (a context manager).
+
+    pytest's temp folders are 0700, so the grader's unprivileged user (uid
+    65534) could not reach a harness there and the graded process would run as
+    uid 0 without capabilities instead; tests of that user grade in here.
+    """
+    import contextlib
+    import os
+    import tempfile
+
+    from grading.execute import clear
+
+    @contextlib.contextmanager
+    def folder():
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        os.chmod(path, 0o755)
+        try:
+            yield path
+        finally:
+            clear(path)
+    return folder()

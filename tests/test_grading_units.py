@@ -277,3 +277,19 @@ def test_every_rubric_item_names_public_tests_of_its_behaviour(lab):
         assert item.public and not missing, f"{lab} item {item.id}: public tests {missing or '(none)'} do not exist"
         named |= set(item.public)
     assert not defined - named, f"{lab}: public tests no rubric item names: {sorted(defined - named)}"
+
+
+# -- Landlock rules around the hidden tests -----------------------------------------------------
+
+def test_landlock_roots_cut_out_the_secret_folder_and_nothing_else(tmp_path):
+    from grading.payload._inferlab_sandbox import split_around
+    harness = tmp_path / "harness"
+    for folder in ("hidden/lab2", "student_exercises/engine"):
+        (harness / folder).mkdir(parents=True)
+    (harness / "conftest.py").write_text("")
+    (harness / "hidden" / "lab2" / "test_x.py").write_text("")
+    other = tmp_path / "model"
+    other.mkdir()
+    full, list_only = split_around([str(harness), str(other)], [str(harness / "hidden")])
+    assert sorted(full) == sorted([str(other), str(harness / "conftest.py"), str(harness / "student_exercises")])
+    assert sorted(list_only) == sorted([str(harness), str(harness / "hidden")])

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 ENV = "INFERLAB_OBSERVATIONS"
+PACKAGE = "student_exercises"
 VALUE_LIMIT = 1_000_000      # characters of one test's JSON line
 
 
@@ -89,6 +90,28 @@ class Observer:
         return result
 
 
+def error_text(call: pytest.CallInfo) -> str:
+    """What went wrong, without any line of the hidden test: the frames in the engine, then the exception.
+
+    Never pytest's report text: that quotes the hidden test's source, and the
+    error reaches the result and the student's feedback.
+    """
+    info = call.excinfo
+    if info is None:
+        return "failed"
+    frames = []
+    for entry in info.traceback:
+        path = str(entry.path)
+        marker = os.sep + PACKAGE + os.sep
+        if marker in path:
+            frames.append(f"  {PACKAGE}/{path.split(marker, 1)[1]}:{entry.lineno + 1} in {entry.name}")
+    try:
+        message = str(info.value).strip().splitlines()
+    except Exception:  # noqa: BLE001 - a student's exception whose __str__ fails
+        message = ["<unprintable>"]
+    return "\n".join([*frames[-8:], f"E   {info.typename}: {message[0][:500] if message else ''}"])
+
+
 class ObservationRecorder:
     """Writes one line per test when the test is over (setup, call and teardown all done)."""
 
@@ -106,7 +129,7 @@ class ObservationRecorder:
         outcome = yield
         report = outcome.get_result()
         if report.failed and item.nodeid not in self.errors:
-            self.errors[item.nodeid] = f"{report.when}: {report.longreprtext[-3000:]}"
+            self.errors[item.nodeid] = f"{report.when}: {error_text(call)}"
         if report.when == "call":
             self.passed[item.nodeid] = report.passed
 

@@ -3,13 +3,16 @@
 Copied into every harness as `_inferlab_sandbox.py`; standard library only (it
 must never import the `grading` package: that is where the golden outputs live).
 
-Two layers, both impossible to remove once in place:
+Three layers, all impossible to remove once in place:
 
 1. Landlock (`_inferlab_landlock`), where the kernel has it: reads only beneath
    the Python installation, system folders, the harness and the model; writes
    only beneath this item's scratch folder; no signals to the grader.
-2. A Python audit hook (PEP 578): refuses starting processes, signals, sockets,
-   ctypes, importing the instructor's packages (`reference`, `grading`,
+2. seccomp (`_inferlab_seccomp`): the kernel kills the process that tries to
+   start another one by any route (`_posixsubprocess`, native code, ...).
+3. A Python audit hook (PEP 578): refuses starting processes, signals, sockets,
+   ctypes, reading the hidden tests' sources (compiled before the fence),
+   importing the instructor's packages (`reference`, `grading`,
    `bugzoo`), reading the hidden roots (golden outputs, results, other
    submissions, the instructor's sources), writing outside scratch, symlinks,
    `chdir` out of the harness and scratch, and relative paths with `..` (which
@@ -55,16 +58,18 @@ _LISTING = frozenset({"os.listdir", "os.scandir", "glob.glob", "glob.glob/2", "o
 class Policy:
     """Which roots the graded process may read, write, or not even look at."""
 
-    def __init__(self, scratch: str, readable: list[str], hidden: list[str], modules: list[str]):
+    def __init__(self, scratch: str, readable: list[str], hidden: list[str], modules: list[str],
+                 secret: list[str] | None = None):
         self.scratch = os.path.realpath(scratch)
         self.readable = [os.path.realpath(p) for p in readable]
+        self.secret = [os.path.realpath(p) for p in secret or []]       # inside readable, yet never read
         self.hidden = [os.path.realpath(p) for p in hidden]
         self.modules = tuple(modules)
 
     @classmethod
     def from_env(cls) -> "Policy":
         data = json.loads(os.environ.pop(ENV))
-        return cls(data["scratch"], data["readable"], data["hidden"], data["modules"])
+        return cls(data["scratch"], data["readable"], data["hidden"], data["modules"], data.get("secret"))
 
 
 def _within(path: str, roots: list[str]) -> bool:
@@ -77,21 +82,51 @@ def read_allowed(policy: Policy, path) -> bool:
         full = os.path.realpath(os.fsdecode(os.fspath(path)))
     except TypeError:
         return True
+    if _within(full, policy.secret):
+        return False
     if _within(full, [policy.scratch]) or _within(full, policy.readable):
         return True
     return not _within(full, policy.hidden)
 
 
+def split_around(roots: list[str], secret: list[str]) -> tuple[list[str], list[str]]:
+    """Read roots for Landlock with the secret folders cut out: (readable whole, listable only).
+
+    Landlock grants rights beneath a folder and cannot take them back below
+    it, so a root holding a secret folder is granted listing only, and each of
+    its entries that is not (and holds no) secret is granted whole, down to
+    the secret folder itself, which stays listable: pytest walks it to collect.
+    """
+    full: list[str] = []
+    list_only: list[str] = []
+    pending = list(roots)
+    while pending:
+        root = pending.pop()
+        if not any(s == root or s.startswith(root.rstrip(os.sep) + os.sep) for s in secret):
+            full.append(root)
+            continue
+        list_only.append(root)
+        if root in secret or not os.path.isdir(root):
+            continue
+        pending += [os.path.join(root, name) for name in sorted(os.listdir(root))]
+    return full, list_only
+
+
 def install(policy: Policy, landlock_read_roots: list[str] | None = None) -> dict:
     """Fence this process. Returns what was put in place (recorded in the observations file)."""
-    summary: dict = {"audit_hook": True, "landlock": None}
+    summary: dict = {"audit_hook": True, "landlock": None, "seccomp": None}
     if landlock_read_roots is not None:
         try:
             import _inferlab_landlock
-            summary["landlock"] = _inferlab_landlock.restrict(landlock_read_roots + policy.readable,
-                                                              [policy.scratch])
+            full, list_only = split_around(landlock_read_roots + policy.readable, policy.secret)
+            summary["landlock"] = _inferlab_landlock.restrict(full, [policy.scratch], list_only)
         except OSError as err:
             summary["landlock"] = {"error": str(err)}
+    try:
+        import _inferlab_seccomp
+        summary["seccomp"] = _inferlab_seccomp.restrict()
+    except OSError as err:
+        summary["seccomp"] = {"error": str(err)}
     _install_hook(policy)
     return summary
 
@@ -102,6 +137,7 @@ def _install_hook(policy: Policy) -> None:
     write, isdir, pid = os.write, os.path.isdir, os.getpid()
     fsdecode, sep, pardir = os.fsdecode, os.sep, os.pardir
     scratch, readable, hidden, modules = policy.scratch, list(policy.readable), list(policy.hidden), policy.modules
+    secret = list(policy.secret)
     in_scratch = [scratch]
     forbidden, mutating, listing = _FORBIDDEN, _MUTATING, _LISTING
     write_flags = _WRITE_FLAGS
@@ -125,6 +161,8 @@ def _install_hook(policy: Policy) -> None:
         return realpath(join(getcwd(), text))
 
     def check_read(event: str, full: str) -> None:
+        if _within(full, secret):
+            deny(event, full)
         if _within(full, in_scratch) or _within(full, readable):
             return
         if _within(full, hidden):
@@ -174,7 +212,7 @@ def _install_hook(policy: Policy) -> None:
         elif event in listing:
             if args and (isinstance(args[0], (str, bytes)) or hasattr(args[0], "__fspath__")):
                 full = resolve(event, args[0])
-                if full is not None:
+                if full is not None and not _within(full, secret):      # names of hidden tests are no secret
                     check_read(event, full)
 
     sys.addaudithook(hook)

@@ -62,3 +62,24 @@ def test_request_metrics_of_interleaved_requests(observe):
     metrics = module("metrics").request_metrics(events)
     observe("seq order", [str(k) for k in metrics])
     observe("metrics", {str(k): dataclasses.asdict(v) for k, v in metrics.items()})
+
+
+EDGE_STORIES = {
+    # exactly two output tokens: one gap, so TPOT is defined
+    "two_tokens": [ev("ARRIVED", 5, 0, 0.0, prompt_len=3), ev("QUEUED", 5, 0, 0.0, reason="new"),
+                   ev("SCHEDULED", 5, 0, 0.25, is_prefill=True), ev("FIRST_TOKEN", 5, 0, 0.5, index=0),
+                   ev("SCHEDULED", 5, 1, 0.6, is_prefill=False), ev("TOKEN", 5, 1, 1.0, index=1),
+                   ev("FINISHED", 5, 1, 1.0, reason="length", num_output_tokens=2), ev("FREED", 5, 1, 1.0)],
+    # queued a while after arriving: queue time and TTFT still start at ARRIVED
+    "queued_after_arrival": [ev("ARRIVED", 6, 0, 1.0, prompt_len=4), ev("QUEUED", 6, 0, 1.25, reason="new"),
+                             ev("SCHEDULED", 6, 1, 1.75, is_prefill=True), ev("FIRST_TOKEN", 6, 1, 2.0, index=0),
+                             ev("SCHEDULED", 6, 2, 2.1, is_prefill=False), ev("TOKEN", 6, 2, 2.5, index=1),
+                             ev("SCHEDULED", 6, 3, 2.6, is_prefill=False), ev("TOKEN", 6, 3, 3.0, index=2),
+                             ev("FINISHED", 6, 3, 3.0, reason="length", num_output_tokens=3), ev("FREED", 6, 3, 3.0)],
+}
+
+
+@pytest.mark.parametrize("story", sorted(EDGE_STORIES))
+def test_request_metrics_at_the_edges(observe, story):
+    metrics = module("metrics").request_metrics(EDGE_STORIES[story])
+    observe("metrics", {str(k): dataclasses.asdict(v) for k, v in metrics.items()})

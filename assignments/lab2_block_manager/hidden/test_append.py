@@ -57,3 +57,18 @@ def test_may_append_only_adds_at_a_boundary(observe):
         lengths.append(len(seq.block_table))
     observe("blocks held after each token", lengths)
     observe("free", bm.num_free_blocks)
+
+
+def test_decode_at_block_size_one(observe):
+    """Edge case 5 at its extreme: at block size 1 every token starts a block, until the pool runs out."""
+    lab = Blocks(1)
+    bm = lab.manager(10)
+    seq = lab.seq(tokens(40, 3))
+    lab.prefill(bm, seq)
+    steps = []
+    for t in range(9):
+        room = lab.decode(bm, seq, 600 + t)
+        steps.append([len(seq), room, list(seq.block_table), bm.num_free_blocks])
+        if not room:
+            break
+    observe("decode steps", steps)

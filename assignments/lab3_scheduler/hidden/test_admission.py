@@ -50,3 +50,12 @@ def test_fully_cached_prompt_still_computes_a_token(observe):
     sim.run(observe)
     sim.add("again", tokens(0, 8), max_tokens=2)
     sim.run(observe)
+
+
+def test_prompt_exactly_filling_the_budget_is_admitted(observe):
+    """A prompt costing exactly the budget left fits (<=, not <): six tokens, then ten of the 16 left."""
+    sim = SchedulerDriver(num_blocks=32, max_num_batched_tokens=16, max_model_len=16)
+    sim.add("six", tokens(0, 6), max_tokens=2)
+    sim.add("ten", tokens(100, 10), max_tokens=2)
+    sim.add("rest", tokens(200, 4), max_tokens=2)
+    sim.run(observe)

@@ -22,3 +22,12 @@ def test_two_prompts_share_the_budget(observe):
     sim.add("b", tokens(100, 13), max_tokens=2)
     sim.add("c", tokens(200, 5), max_tokens=2)
     sim.run(observe)
+
+
+def test_no_zero_token_chunk_once_the_budget_is_spent(observe):
+    """The first prompt spends the whole budget: nobody else is admitted with an empty chunk that step."""
+    sim = SchedulerDriver(num_blocks=32, max_num_batched_tokens=8, max_model_len=64, chunked=True)
+    sim.add("fills", tokens(0, 8), max_tokens=2)
+    sim.add("next", tokens(100, 4), max_tokens=2)
+    sim.add("long", tokens(200, 11), max_tokens=2)
+    sim.run(observe)
