@@ -11,31 +11,57 @@ from courseware.labs import graded_labs
 
 
 def _cmd_golden(args: argparse.Namespace) -> int:
-    from grading.golden import build_golden, check_golden, write_golden
+    from grading.golden import cuda_available, gpu_items, load_golden, load_gpu_golden
+    from grading.paths import golden_path
     from grading.rubric import load_rubric
     console = Console()
     labs = [args.lab] if args.lab else graded_labs()
     status = 0
+    cuda = cuda_available()
     for lab in labs:
         rubric = load_rubric(lab)
         if not any(item.observed for item in rubric.items):
             console.print(f"{lab}: no observed items, no golden outputs needed")
             continue
-        if args.action == "build":
-            path = write_golden(lab, build_golden(lab, spawn=args.spawn, progress=lambda m: console.print(f"[dim]{m}[/dim]")))
-            console.print(f"{lab}: golden outputs written to [bold]{path}[/bold] ({path.stat().st_size} bytes)")
-        else:
-            problems = check_golden(lab, spawn=args.spawn)
-            if problems:
-                status = 1
-                console.print(f"[bold red]{lab}: golden outputs are stale[/bold red] (run `inferlab golden build --lab {lab}`):")
-                for problem in problems[:20]:
-                    console.print(f"  {escape(problem)}", soft_wrap=True)
-                if len(problems) > 20:
-                    console.print(f"  ... and {len(problems) - 20} more")
-            else:
-                console.print(f"{lab}: golden outputs are current")
+        for gpu in _golden_parts(args.part, bool(gpu_items(rubric)), cuda):
+            status = max(status, _golden_one(console, args, lab, gpu))
+        if gpu_items(rubric) and not cuda and args.part != "cpu":
+            _, why = load_gpu_golden(lab, load_golden(lab)) if golden_path(lab).is_file() else (None, "")
+            console.print(f"[yellow]{lab}: GPU golden outputs not {'built' if args.action == 'build' else 'checked'}: "
+                          f"torch sees no CUDA here"
+                          f"[/yellow]" + (f" ({escape(why)})" if why else " (the stored file matches the CPU one)"))
+            if args.part == "gpu":
+                status = max(status, 2)
     return status
+
+
+def _golden_parts(part: str, has_gpu_items: bool, cuda: bool) -> list[bool]:
+    """Which golden files to handle (False: CPU, True: GPU); GPU only where CUDA exists and asked for."""
+    parts = [] if part == "gpu" else [False]
+    if part != "cpu" and has_gpu_items and cuda:
+        parts.append(True)
+    return parts
+
+
+def _golden_one(console: Console, args: argparse.Namespace, lab: str, gpu: bool) -> int:
+    from grading.golden import build_golden, check_golden, write_golden
+    name = f"{lab} ({'GPU' if gpu else 'CPU'})"
+    if args.action == "build":
+        data = build_golden(lab, spawn=args.spawn, gpu=gpu, progress=lambda m: console.print(f"[dim]{m}[/dim]"))
+        path = write_golden(lab, data)
+        console.print(f"{name}: golden outputs written to [bold]{path}[/bold] ({path.stat().st_size} bytes)")
+        return 0
+    problems = check_golden(lab, spawn=args.spawn, gpu=gpu)
+    if not problems:
+        console.print(f"{name}: golden outputs are current")
+        return 0
+    part = " --part gpu" if gpu else ""
+    console.print(f"[bold red]{name}: golden outputs are stale[/bold red] (run `inferlab golden build --lab {lab}{part}`):")
+    for problem in problems[:20]:
+        console.print(f"  {escape(problem)}", soft_wrap=True)
+    if len(problems) > 20:
+        console.print(f"  ... and {len(problems) - 20} more")
+    return 1
 
 
 def _cmd_grade_run(args: argparse.Namespace) -> int:
@@ -73,6 +99,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     golden.add_argument("action", choices=["build", "check"])
     golden.add_argument("--lab", choices=graded_labs(), default=None, help="one lab (default: every lab with a rubric)")
     golden.add_argument("--spawn", choices=["fork", "fresh"], default="fork")
+    golden.add_argument("--part", choices=["all", "cpu", "gpu"], default="all",
+                        help="cpu: golden.json; gpu: golden_gpu.json (needs CUDA); all: both where CUDA exists")
     golden.set_defaults(func=_cmd_golden)
 
     grade = sub.add_parser("grade", help="grade submissions, write reports, bridge nbgrader")

@@ -7,6 +7,7 @@ very same path.
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import json
 import os
 import shutil
@@ -34,15 +35,40 @@ class Fence:
     model_dir: Path
     hidden: tuple[str, ...]
     landlock: bool = True
+    programs: tuple[str, ...] = ()       # executables a graded process may start (GPU machines only)
+    devices: tuple[str, ...] = ()        # device files it may open read-write (GPU machines only)
 
     @classmethod
-    def for_run(cls, model_dir: Path, *extra_hidden: Path, landlock: bool = True) -> "Fence":
+    def for_run(cls, model_dir: Path, *extra_hidden: Path, landlock: bool = True, gpu: bool = False) -> "Fence":
         hidden = [str(p.resolve()) for p in [*hidden_roots(), *map(Path, extra_hidden)]]
-        return cls(Path(model_dir).resolve(), tuple(dict.fromkeys(hidden)), landlock)
+        programs, devices = (gpu_programs(), gpu_devices()) if gpu else ((), ())
+        return cls(Path(model_dir).resolve(), tuple(dict.fromkeys(hidden)), landlock, programs, devices)
 
     def readable(self, harness: Path) -> list[str]:
         """Roots a graded process may read even inside a hidden one: its harness, the model, Python."""
         return [str(harness), str(self.model_dir), *map(str, python_roots())]
+
+
+def gpu_programs() -> tuple[str, ...]:
+    """What Triton starts when it compiles a kernel on a GPU: its own ptxas (and tools) and the C compiler.
+
+    The price: a graded process on a GPU machine may run these compilers
+    (under Landlock they inherit the fence: they read only the allowed roots
+    and write only to scratch). Without them no Triton kernel, the student's
+    or the engine's, could be compiled once the fence is up.
+    """
+    found: list[str] = []
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.origin:
+        tools = Path(spec.origin).parent / "backends" / "nvidia" / "bin"
+        found += [str(p) for p in sorted(tools.glob("*")) if p.is_file()]
+    found += [path for path in (shutil.which(name) for name in ("cc", "gcc", "clang")) if path]
+    return tuple(dict.fromkeys(found))
+
+
+def gpu_devices() -> tuple[str, ...]:
+    """The NVIDIA device files a CUDA context opens (read-write, with ioctls)."""
+    return tuple(str(p) for p in sorted(Path("/dev").glob("nvidia*")) if not p.is_dir())
 
 
 def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
@@ -61,7 +87,8 @@ def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
         "INFERLAB_OBSERVATIONS": str(scratch / OBSERVATIONS),
         "INFERLAB_LANDLOCK": json.dumps(fence.landlock),
         "INFERLAB_SANDBOX": json.dumps({"scratch": str(scratch), "readable": fence.readable(harness),
-                                        "hidden": list(fence.hidden), "modules": private_modules()}),
+                                        "hidden": list(fence.hidden), "modules": private_modules(),
+                                        "programs": list(fence.programs), "devices": list(fence.devices)}),
     })
     return env
 

@@ -2,7 +2,8 @@
 
 Order of precedence, so the same work always gets the same status:
 1. parent not passed   -> failed ("not run"), like xv6's parent tests;
-2. GPU item, no CUDA   -> blocked (its points are neither earned nor lost here);
+2. GPU item, no CUDA, or no current GPU golden outputs -> blocked (its points are neither earned nor
+   lost here);
 3. throughput item whose lab's correctness items did not all pass -> failed ("not scored");
 4. otherwise run it: observed kinds in a graded process judged against the
    golden outputs, throughput against the reference, reports by reading files.
@@ -75,6 +76,9 @@ def observed_flags(run: Observed, expected: list[str], deadline_s: float) -> lis
 
 def run_observed(item: Item, ctx: ItemContext) -> ItemResult:
     expected = ctx.golden["items"].get(item.id)
+    if expected is None and item.gpu:
+        return _skip(item, "blocked", f"no current GPU golden outputs for this item: they are built on a GPU "
+                                      f"machine (`inferlab golden build --lab {ctx.rubric.lab} --part gpu`)")
     if expected is None:
         return _skip(item, "error", "no golden outputs for this item: run `inferlab golden build`")
     scratch = ctx.scratch_root / item.id
