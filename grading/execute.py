@@ -50,7 +50,7 @@ class Fence:
 
 
 def gpu_programs() -> tuple[str, ...]:
-    """What Triton starts when it compiles a kernel on a GPU: its own ptxas (and tools) and the C compiler.
+    """What Triton and torch.compile start when they compile on a GPU: Triton's ptxas (and tools), C/C++ compilers.
 
     The price: a graded process on a GPU machine may run these compilers
     (under Landlock they inherit the fence: they read only the allowed roots
@@ -62,7 +62,7 @@ def gpu_programs() -> tuple[str, ...]:
     if spec is not None and spec.origin:
         tools = Path(spec.origin).parent / "backends" / "nvidia" / "bin"
         found += [str(p) for p in sorted(tools.glob("*")) if p.is_file()]
-    found += [path for path in (shutil.which(name) for name in ("cc", "gcc", "clang")) if path]
+    found += [path for path in (shutil.which(name) for name in ("cc", "gcc", "clang", "c++", "g++", "clang++")) if path]
     return tuple(dict.fromkeys(found))
 
 
@@ -71,8 +71,14 @@ def gpu_devices() -> tuple[str, ...]:
     return tuple(str(p) for p in sorted(Path("/dev").glob("nvidia*")) if not p.is_dir())
 
 
-def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
-    """A graded process's whole environment: offline, one thread, caches and temp files in scratch."""
+def child_env(fence: Fence, harness: Path, scratch: Path, gpu: bool = False) -> dict[str, str]:
+    """A graded process's whole environment: offline, one thread, caches and temp files in scratch.
+
+    Only a GPU item's process (`gpu`) sees the GPU and gets the fence's GPU
+    allowances; every other one runs with CUDA_VISIBLE_DEVICES empty, so on a
+    GPU machine a CPU item neither pays for a CUDA context nor touches the GPU,
+    and runs exactly as it does on a CPU machine.
+    """
     for name in ("home", "tmp", "cache"):
         (scratch / name).mkdir(parents=True, exist_ok=True)
     env = base_env()
@@ -88,8 +94,15 @@ def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
         "INFERLAB_LANDLOCK": json.dumps(fence.landlock),
         "INFERLAB_SANDBOX": json.dumps({"scratch": str(scratch), "readable": fence.readable(harness),
                                         "hidden": list(fence.hidden), "modules": private_modules(),
-                                        "programs": list(fence.programs), "devices": list(fence.devices)}),
+                                        "programs": list(fence.programs) if gpu else [],
+                                        "devices": list(fence.devices) if gpu else []}),
     })
+    if gpu:
+        # torch.compile (the engine's CUDA-graph path) would start a pool of compile workers: one process
+        # compiles in-process instead, caching in scratch.
+        env.update({"TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(scratch / "cache" / "inductor")})
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 
 
@@ -206,13 +219,14 @@ class Runner:
     def start(self, mode: str, argv: list[str], cwd: Path, env: dict[str, str], with_stdin: bool = False):
         return self._spawner().start(mode, argv, cwd, env, with_stdin)
 
-    def observe(self, harness: Path, scratch: Path, select, deadline_s: float, fence: Fence) -> Observed:
-        """Run the selected hidden tests in one graded process and read back its observations."""
+    def observe(self, harness: Path, scratch: Path, select, deadline_s: float, fence: Fence,
+                gpu: bool = False) -> Observed:
+        """Run the selected hidden tests in one graded process (seeing the GPU only with `gpu`); read its observations."""
         import time
         if scratch.exists():
             shutil.rmtree(scratch)
         scratch.mkdir(parents=True)
-        child = self.start("pytest", pytest_argv(harness, scratch, select), harness, child_env(fence, harness, scratch))
+        child = self.start("pytest", pytest_argv(harness, scratch, select), harness, child_env(fence, harness, scratch, gpu))
         result = child.wait(time.monotonic() + deadline_s)
         records, order, sandbox, problems = read_observations(scratch / OBSERVATIONS)
         return Observed(result, records, order, sandbox, problems)

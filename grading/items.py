@@ -4,7 +4,7 @@ Order of precedence, so the same work always gets the same status:
 1. parent not passed   -> failed ("not run"), like xv6's parent tests;
 2. GPU item, no CUDA, or no current GPU golden outputs -> blocked (its points are neither earned nor
    lost here);
-3. throughput item whose lab's correctness items did not all pass -> failed ("not scored");
+3. throughput item whose lab's correctness items did not all pass (blocked ones aside) -> failed ("not scored");
 4. otherwise run it: observed kinds in a graded process judged against the
    golden outputs, throughput against the reference, reports by reading files.
 
@@ -83,7 +83,7 @@ def run_observed(item: Item, ctx: ItemContext) -> ItemResult:
         return _skip(item, "error", "no golden outputs for this item: run `inferlab golden build`")
     scratch = ctx.scratch_root / item.id
     deadline_s = ctx.deadline(item)
-    run = ctx.runner.observe(ctx.harness, scratch, list(item.select), deadline_s, ctx.fence)
+    run = ctx.runner.observe(ctx.harness, scratch, list(item.select), deadline_s, ctx.fence, gpu=item.gpu)
     clear(scratch)
     verdict = judge_item(item.kind, expected, ctx.golden["tests"], run.records)
     flags = observed_flags(run, expected, deadline_s)
@@ -121,8 +121,8 @@ def grade_item(item: Item, ctx: ItemContext) -> ItemResult:
     if item.gpu and not ctx.cuda:
         return _skip(item, "blocked", "needs a CUDA GPU; none on this grading machine")
     if item.kind == "throughput":
-        gating = [i for i in ctx.rubric.correctness_items if not (i.gpu and not ctx.cuda)]
-        failing = [i.id for i in gating if ctx.done[i.id].status != "passed"]
+        # blocked items (GPU ones without CUDA or without current GPU golden outputs) neither gate nor count
+        failing = [i.id for i in ctx.rubric.correctness_items if ctx.done[i.id].status not in ("passed", "blocked")]
         if failing:
             return _skip(item, "failed", f"not scored: correctness item(s) {', '.join(failing)} did not pass")
         if ctx.reference_harness is None:

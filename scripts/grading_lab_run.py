@@ -43,6 +43,7 @@ def write_class(root: Path, lab: str) -> dict[str, bool]:
 def summarize(results: dict[str, dict], gpu: dict[str, bool]) -> dict[str, dict]:
     return {sid: {"score": r["score"], "blocked_points": r["blocked_points"], "gpu_mutant": gpu.get(sid, False),
                   "device": r["environment"]["device"], "sandbox": r["environment"].get("sandbox"),
+                  "flags": r["flags"],
                   "lost": [i["id"] for i in r["items"] if i["status"] not in ("passed", "blocked")],
                   "items": {i["id"]: {"status": i["status"], "message": i["message"], "details": i["details"][:6],
                                       "measurements": i["measurements"]} for i in r["items"]}}

@@ -49,6 +49,7 @@ def warm_up_cuda() -> None:
     """
     x = torch.ones(8, 8, device="cuda")
     (x @ x).sum().item()
+    torch.cuda.device_count()          # asks NVML through ctypes, once: cached now that CUDA is initialised
     try:
         from triton.runtime import driver
     except ImportError:
