@@ -14,6 +14,8 @@ Item fields:
     parent      id of an earlier item, or null: the item runs only if its parent passed (xv6's parent tests)
     deadline_s  seconds the item's process may run before it is killed
     gpu         true when the item needs CUDA (reported `blocked` without it)
+    public      the public tests (`test_labN_x.py::test_name`) that check the same behaviour, if any:
+                Gradescope shows such an item's result at once, the others once grades are published
     + kind-specific fields: throughput (workload, rounds, min_ratio), report (files, headings, min_words)
 
 The kinds differ in what is compared and how a difference is explained, not
@@ -22,6 +24,7 @@ in who decides: every verdict is computed by the grader (grading.judge).
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,7 @@ class Item:
     parent: str | None = None
     gpu: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    public: tuple[str, ...] = ()
 
     @property
     def observed(self) -> bool:
@@ -80,7 +84,8 @@ class Rubric:
         return [item for item in self.items if item.observed]
 
 
-_COMMON = {"id", "title", "points", "kind", "deadline_s", "select", "parent", "gpu", "description"}
+_COMMON = {"id", "title", "points", "kind", "deadline_s", "select", "parent", "gpu", "description", "public"}
+PUBLIC_TEST = re.compile(r"^test_\w+\.py::test_\w+$")
 _EXTRA = {"pytest": set(), "log": set(), "blocks": set(), "throughput": {"workload", "rounds", "min_ratio"},
           "report": {"files", "headings", "min_words"}}
 
@@ -118,6 +123,9 @@ def _item(raw: dict[str, Any], where: str, seen: dict[str, Item]) -> Item:
     gpu = raw.get("gpu", False)
     if not isinstance(gpu, bool):
         raise RubricError(f"{where}: gpu must be true or false")
+    public = raw.get("public", [])
+    if not isinstance(public, list) or not all(isinstance(t, str) and PUBLIC_TEST.match(t) for t in public):
+        raise RubricError(f"{where}: public must list public tests as 'test_labN_x.py::test_name'")
     options = {k: raw[k] for k in _EXTRA[kind] if k in raw}
     if kind == "throughput":
         if not isinstance(options.get("workload"), str):
@@ -130,7 +138,7 @@ def _item(raw: dict[str, Any], where: str, seen: dict[str, Item]) -> Item:
         options.setdefault("headings", [])
         options.setdefault("min_words", 0)
     return Item(item_id, str(raw.get("title", item_id)), points, kind, float(deadline), tuple(select), parent,
-                gpu, options)
+                gpu, options, tuple(public))
 
 
 def parse_rubric(data: dict[str, Any], path: Path) -> Rubric:
