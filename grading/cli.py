@@ -94,6 +94,19 @@ def _cmd_grade_nbgrader(args: argparse.Namespace) -> int:
                         assignment=args.assignment, console=console)
 
 
+def _cmd_grade_package(args: argparse.Namespace) -> int:
+    from grading.bundle import BundleError, build_bundle
+    console = Console()
+    try:
+        out = build_bundle(args.lab, Path(args.out), leaderboard=args.leaderboard)
+    except (BundleError, FileNotFoundError, ValueError) as err:
+        console.print(f"[bold red]cannot build the {args.lab} bundle:[/bold red] {escape(str(err))}")
+        return 2
+    console.print(f"Gradescope autograder for {args.lab}: [bold]{out}[/bold] ({out.stat().st_size // 1024} KB); "
+                  "upload it as the assignment's autograder (docs/grading.md, Gradescope)")
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     golden = sub.add_parser("golden", help="build or check the reference's golden outputs for grading")
     golden.add_argument("action", choices=["build", "check"])
@@ -122,6 +135,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--results", required=True, help="the --out folder of `grade run`")
     report.add_argument("--out", default=None, help="where to write (default: RESULTS/report)")
     report.set_defaults(func=_cmd_grade_report)
+    package = actions.add_parser("package", help="a Gradescope autograder bundle (setup.sh, run_autograder, ...)")
+    package.add_argument("--lab", required=True, choices=graded_labs())
+    package.add_argument("--out", default="autograder.zip", help="the .zip to write (default: autograder.zip)")
+    package.add_argument("--leaderboard", action="store_true",
+                         help="publish the measured throughput ratio on Gradescope's leaderboard")
+    package.set_defaults(func=_cmd_grade_package)
     nb = actions.add_parser("nbgrader", help="autograde the lab's notebooks with nbgrader, merge into the gradebook rows")
     nb.add_argument("--lab", required=True, choices=graded_labs())
     nb.add_argument("--course", required=True, help="nbgrader course root (source/, submitted/)")
