@@ -76,7 +76,8 @@ def build_golden(lab: str, workdir: Path | None = None, spawn: str = "fork", rub
                     continue
                 if progress:
                     progress(f"{lab}: {item.id}")
-                run = runner.observe(harness, root / "scratch" / item.id, list(item.select), item.deadline_s, fence)
+                run = runner.observe(harness, root / "scratch" / item.id, list(item.select), item.deadline_s, fence,
+                                     gpu=item.gpu)
                 problems = list(run.problems)
                 if run.child.timed_out:
                     problems.append(f"timed out after {item.deadline_s} s")
