@@ -15,7 +15,7 @@ CHECK="import @GRADER_IMPORTS@"
 if [ "${INFERLAB_SETUP_REUSE:-0}" = 1 ] && "$PY" -c "$CHECK" 2>/dev/null; then
     echo "setup: $PY already imports every dependency; nothing installed"
 else
-    if ! python3 -m venv --help >/dev/null 2>&1; then
+    if ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then     # Debian's python3 lacks ensurepip
         apt-get update -q
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3 python3-venv python3-pip
     fi

@@ -8,7 +8,8 @@ Two layers, both impossible to remove once in place:
 1. Landlock (`_inferlab_landlock`), where the kernel has it: reads only beneath
    the Python installation, system folders, the harness and the model; writes
    only beneath this item's scratch folder; no signals to the grader.
-2. A Python audit hook (PEP 578): refuses starting processes, signals, sockets,
+2. A Python audit hook (PEP 578): refuses starting processes (on GPU machines, a GPU
+   item may start exactly the compilers Triton needs: `Policy.programs`), signals, sockets,
    ctypes, importing the instructor's packages (`reference`, `grading`,
    `bugzoo`), reading the hidden roots (golden outputs, results, other
    submissions, the instructor's sources), writing outside scratch, symlinks,
