@@ -7,6 +7,7 @@ One lab is one folder, `assignments/labN_<topic>/`:
     public/              the public tests, `test_labN_*.py`: a lab with them is a lab with exercises
     hidden/              the hidden tests (instructor only)
     golden.json          the golden outputs (generated: `inferlab golden build`)
+    golden_gpu.json      the GPU items' golden outputs (generated on a GPU machine)
     bugzoo/              the bug-zoo mutants (instructor only)
     private/             anything else for instructors only
 
@@ -61,6 +62,10 @@ class Lab:
     @property
     def golden(self) -> Path:
         return self.folder / "golden.json"
+
+    @property
+    def golden_gpu(self) -> Path:
+        return self.folder / "golden_gpu.json"
 
     @property
     def bugzoo(self) -> Path:

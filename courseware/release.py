@@ -37,6 +37,9 @@ from courseware.later_labs import engine_section, used_support, with_standins
 TOOL_MODULES = ("__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py", "public_grade.py",
                 "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py")
 TUTORIAL_SUFFIXES = (".ipynb", ".py", ".md")
+# The torch every install starts from, pinned (docs/design.md §5; README and .ci/run say the same, checked by
+# tests/test_cli.py): an unpinned torch pulls GBs of CUDA wheels. The Gradescope bundle installs it too.
+TORCH_VERSION = "2.13.0"
 
 
 def earlier_labs(lab: str) -> list[str]:
@@ -73,7 +76,7 @@ def copy_tests(root: Path, lab: str, dest_package: Path) -> list[str]:
     return names
 
 
-def _dependencies(root: Path) -> list[str]:
+def dependencies(root: Path) -> list[str]:
     """The engine's runtime requirements, read from the course's pyproject (or installed metadata)."""
     try:
         import tomllib
@@ -144,7 +147,7 @@ not seen. {filled} Regions of later labs raise `NotImplementedError`; neither yo
 ## Set up
 
 ```bash
-python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 && pip install -e .
+python3 -m venv .venv && . .venv/bin/activate && pip install torch=={TORCH_VERSION} && pip install -e .
 ```
 
 (Any `torch>=2.4` works; installing the CPU wheel first keeps pip from pulling a large CUDA build.)
@@ -231,7 +234,7 @@ def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
     has_tutorials = _copy_tutorials(root, out)
     (out / "docs").mkdir()
     shutil.copy2(root / "docs" / "design.md", out / "docs" / "design.md")   # the public tests cite it
-    (out / "pyproject.toml").write_text(pyproject(lab, _dependencies(root)), encoding="utf-8")
+    (out / "pyproject.toml").write_text(pyproject(lab, dependencies(root)), encoding="utf-8")
     (out / "README.md").write_text(readme(lab, tree, handout, has_tutorials), encoding="utf-8")
     (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n.venv/\n.pytest_cache/\nbuild/\n", encoding="utf-8")
     return out

@@ -12,31 +12,57 @@ from courseware.labs import graded_labs
 
 
 def _cmd_golden(args: argparse.Namespace) -> int:
-    from grading.golden import build_golden, check_golden, write_golden
+    from grading.golden import cuda_available, gpu_items, load_golden, load_gpu_golden
+    from grading.paths import golden_path
     from grading.rubric import load_rubric
     console = make_console()
     labs = [args.lab] if args.lab else graded_labs()
     status = 0
+    cuda = cuda_available()
     for lab in labs:
         rubric = load_rubric(lab)
         if not any(item.observed for item in rubric.items):
             console.print(f"{lab}: no observed items, no golden outputs needed")
             continue
-        if args.action == "build":
-            path = write_golden(lab, build_golden(lab, spawn=args.spawn, progress=lambda m: console.print(f"[dim]{m}[/dim]")))
-            console.print(f"{lab}: golden outputs written to [bold]{path}[/bold] ({path.stat().st_size} bytes)")
-        else:
-            problems = check_golden(lab, spawn=args.spawn)
-            if problems:
-                status = 1
-                console.print(f"[bold red]{lab}: golden outputs are stale[/bold red] (run `inferlab golden build --lab {lab}`):")
-                for problem in problems[:20]:
-                    console.print(f"  {escape(problem)}", soft_wrap=True)
-                if len(problems) > 20:
-                    console.print(f"  ... and {len(problems) - 20} more")
-            else:
-                console.print(f"{lab}: golden outputs are current")
+        for gpu in _golden_parts(args.part, bool(gpu_items(rubric)), cuda):
+            status = max(status, _golden_one(console, args, lab, gpu))
+        if gpu_items(rubric) and not cuda and args.part != "cpu":
+            _, why = load_gpu_golden(lab, load_golden(lab)) if golden_path(lab).is_file() else (None, "")
+            console.print(f"[yellow]{lab}: GPU golden outputs not {'built' if args.action == 'build' else 'checked'}: "
+                          f"torch sees no CUDA here"
+                          f"[/yellow]" + (f" ({escape(why)})" if why else " (the stored file matches the CPU one)"))
+            if args.part == "gpu":
+                status = max(status, 2)
     return status
+
+
+def _golden_parts(part: str, has_gpu_items: bool, cuda: bool) -> list[bool]:
+    """Which golden files to handle (False: CPU, True: GPU); GPU only where CUDA exists and asked for."""
+    parts = [] if part == "gpu" else [False]
+    if part != "cpu" and has_gpu_items and cuda:
+        parts.append(True)
+    return parts
+
+
+def _golden_one(console: Console, args: argparse.Namespace, lab: str, gpu: bool) -> int:
+    from grading.golden import build_golden, check_golden, write_golden
+    name = f"{lab} ({'GPU' if gpu else 'CPU'})"
+    if args.action == "build":
+        data = build_golden(lab, spawn=args.spawn, gpu=gpu, progress=lambda m: console.print(f"[dim]{m}[/dim]"))
+        path = write_golden(lab, data)
+        console.print(f"{name}: golden outputs written to [bold]{path}[/bold] ({path.stat().st_size} bytes)")
+        return 0
+    problems = check_golden(lab, spawn=args.spawn, gpu=gpu)
+    if not problems:
+        console.print(f"{name}: golden outputs are current")
+        return 0
+    part = " --part gpu" if gpu else ""
+    console.print(f"[bold red]{name}: golden outputs are stale[/bold red] (run `inferlab golden build --lab {lab}{part}`):")
+    for problem in problems[:20]:
+        console.print(f"  {escape(problem)}", soft_wrap=True)
+    if len(problems) > 20:
+        console.print(f"  ... and {len(problems) - 20} more")
+    return 1
 
 
 def _cmd_grade_run(args: argparse.Namespace) -> int:
@@ -69,11 +95,26 @@ def _cmd_grade_nbgrader(args: argparse.Namespace) -> int:
                         assignment=args.assignment, console=console)
 
 
+def _cmd_grade_package(args: argparse.Namespace) -> int:
+    from grading.bundle import BundleError, build_bundle
+    console = Console()
+    try:
+        out = build_bundle(args.lab, Path(args.out), leaderboard=args.leaderboard)
+    except (BundleError, FileNotFoundError, ValueError) as err:
+        console.print(f"[bold red]cannot build the {args.lab} bundle:[/bold red] {escape(str(err))}")
+        return 2
+    console.print(f"Gradescope autograder for {args.lab}: [bold]{out}[/bold] ({out.stat().st_size // 1024} KB); "
+                  "upload it as the assignment's autograder (docs/grading.md, Gradescope)")
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     golden = sub.add_parser("golden", help="build or check the reference's golden outputs for grading")
     golden.add_argument("action", choices=["build", "check"])
     golden.add_argument("--lab", choices=graded_labs(), default=None, help="one lab (default: every lab with a rubric)")
     golden.add_argument("--spawn", choices=["fork", "fresh"], default="fork")
+    golden.add_argument("--part", choices=["all", "cpu", "gpu"], default="all",
+                        help="cpu: golden.json; gpu: golden_gpu.json (needs CUDA); all: both where CUDA exists")
     golden.set_defaults(func=_cmd_golden)
 
     grade = sub.add_parser("grade", help="grade submissions, write reports, bridge nbgrader")
@@ -95,6 +136,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--results", required=True, help="the --out folder of `grade run`")
     report.add_argument("--out", default=None, help="where to write (default: RESULTS/report)")
     report.set_defaults(func=_cmd_grade_report)
+    package = actions.add_parser("package", help="a Gradescope autograder bundle (setup.sh, run_autograder, ...)")
+    package.add_argument("--lab", required=True, choices=graded_labs())
+    package.add_argument("--out", default="autograder.zip", help="the .zip to write (default: autograder.zip)")
+    package.add_argument("--leaderboard", action="store_true",
+                         help="publish the measured throughput ratio on Gradescope's leaderboard")
+    package.set_defaults(func=_cmd_grade_package)
     nb = actions.add_parser("nbgrader", help="autograde the lab's notebooks with nbgrader, merge into the gradebook rows")
     nb.add_argument("--lab", required=True, choices=graded_labs())
     nb.add_argument("--course", required=True, help="nbgrader course root (source/, submitted/)")

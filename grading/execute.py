@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -38,11 +39,15 @@ class Fence:
     model_dir: Path
     hidden: tuple[str, ...]
     landlock: bool = True
+    programs: tuple[str, ...] = ()       # executables a graded process may start (GPU machines only)
+    devices: tuple[str, ...] = ()        # device files it may open read-write (GPU machines only)
 
     @classmethod
-    def for_run(cls, model_dir: Path, *extra_hidden: Path, landlock: bool = True) -> "Fence":
+    def for_run(cls, model_dir: Path, *extra_hidden: Path, landlock: bool = True, gpu: bool = False) -> "Fence":
         hidden = [str(p.resolve()) for p in [*hidden_roots(), *map(Path, extra_hidden)]]
-        return cls(shared_model(Path(model_dir).resolve()), tuple(dict.fromkeys(hidden)), landlock)
+        programs, devices = (gpu_programs(), gpu_devices()) if gpu else ((), ())
+        return cls(shared_model(Path(model_dir).resolve()), tuple(dict.fromkeys(hidden)), landlock, programs,
+                   devices)
 
     def readable(self, harness: Path) -> list[str]:
         """Roots a graded process may read even inside a hidden one: its harness, the model, Python."""
@@ -88,8 +93,36 @@ def _owned_by_us_only(folder: Path) -> bool:
     return True
 
 
-def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
-    """A graded process's whole environment: offline, one thread, caches and temp files in scratch."""
+def gpu_programs() -> tuple[str, ...]:
+    """What Triton and torch.compile start when they compile on a GPU: Triton's ptxas (and tools), C/C++ compilers.
+
+    The price: a graded process on a GPU machine may run these compilers
+    (under Landlock they inherit the fence: they read only the allowed roots
+    and write only to scratch). Without them no Triton kernel, the student's
+    or the engine's, could be compiled once the fence is up.
+    """
+    found: list[str] = []
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.origin:
+        tools = Path(spec.origin).parent / "backends" / "nvidia" / "bin"
+        found += [str(p) for p in sorted(tools.glob("*")) if p.is_file()]
+    found += [path for path in (shutil.which(name) for name in ("cc", "gcc", "clang", "c++", "g++", "clang++")) if path]
+    return tuple(dict.fromkeys(found))
+
+
+def gpu_devices() -> tuple[str, ...]:
+    """The NVIDIA device files a CUDA context opens (read-write, with ioctls)."""
+    return tuple(str(p) for p in sorted(Path("/dev").glob("nvidia*")) if not p.is_dir())
+
+
+def child_env(fence: Fence, harness: Path, scratch: Path, gpu: bool = False) -> dict[str, str]:
+    """A graded process's whole environment: offline, one thread, caches and temp files in scratch.
+
+    Only a GPU item's process (`gpu`) sees the GPU and gets the fence's GPU
+    allowances; every other one runs with CUDA_VISIBLE_DEVICES empty, so on a
+    GPU machine a CPU item neither pays for a CUDA context nor touches the GPU,
+    and runs exactly as it does on a CPU machine.
+    """
     for name in ("home", "tmp", "cache"):
         (scratch / name).mkdir(parents=True, exist_ok=True)
     env = base_env()
@@ -105,8 +138,16 @@ def child_env(fence: Fence, harness: Path, scratch: Path) -> dict[str, str]:
         "INFERLAB_LANDLOCK": json.dumps(fence.landlock),
         "INFERLAB_SANDBOX": json.dumps({"scratch": str(scratch), "readable": fence.readable(harness),
                                         "hidden": list(fence.hidden), "modules": private_modules(),
-                                        "secret": [str(harness / "hidden")]}),
+                                        "secret": [str(harness / "hidden")],
+                                        "programs": list(fence.programs) if gpu else [],
+                                        "devices": list(fence.devices) if gpu else []}),
     })
+    if gpu:
+        # torch.compile (the engine's CUDA-graph path) would start a pool of compile workers: one process
+        # compiles in-process instead, caching in scratch.
+        env.update({"TORCHINDUCTOR_COMPILE_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(scratch / "cache" / "inductor")})
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 
 
@@ -337,14 +378,15 @@ class Runner:
               fence: dict | None = None):
         return self._spawner().start(mode, argv, cwd, env, with_stdin, fence=fence)
 
-    def observe(self, harness: Path, scratch: Path, select, deadline_s: float, fence: Fence) -> Observed:
-        """Run the selected hidden tests in one graded process and read back its observations."""
+    def observe(self, harness: Path, scratch: Path, select, deadline_s: float, fence: Fence,
+                gpu: bool = False) -> Observed:
+        """Run the selected hidden tests in one graded process (seeing the GPU only with `gpu`); read its observations."""
         import time
         if scratch.exists():
             shutil.rmtree(scratch)
         scratch.mkdir(parents=True)
-        child = self.start("pytest", pytest_argv(harness, scratch, select), harness, child_env(fence, harness, scratch),
-                           fence=process_fence_spec(fence, harness, scratch))
+        child = self.start("pytest", pytest_argv(harness, scratch, select), harness,
+                           child_env(fence, harness, scratch, gpu), fence=process_fence_spec(fence, harness, scratch))
         result = child.wait(time.monotonic() + deadline_s)
         records, order, sandbox, problems = read_observations(scratch / OBSERVATIONS)
         return Observed(result, records, order, sandbox, problems)

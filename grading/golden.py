@@ -10,8 +10,14 @@ correct code. A lab's file holds, per rubric item, the test ids the item
 expects, and per test its observations (logs without times, block tables
 after every step, scheduling decisions, greedy tokens, metrics).
 
-GPU items are built only where CUDA exists; without it they are left out,
-and the grader reports them `blocked`.
+GPU items' golden outputs are built on a GPU machine and stored beside the
+CPU ones, in the lab folder's golden_gpu.json (`inferlab golden build --lab
+lab4 --part gpu`); the CPU file never holds them, so building or checking it
+gives the same bytes with or without CUDA. The grader uses the GPU file only
+where CUDA exists and only while it was built from the same sources as the CPU
+file (equal fingerprints); otherwise GPU items are `blocked` with the reason.
+The price of that rule: any change to the engine, hidden tests or harness
+files makes the GPU file stale until someone rebuilds it on a GPU.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ from typing import Any
 
 from grading.execute import Fence, Runner
 from grading.harness import build_harness, source_fingerprint
-from grading.paths import golden_path
+from grading.paths import golden_gpu_path, golden_path
 from grading.rubric import Rubric, load_rubric
 from courseware.exercises import load_reference
 
@@ -44,27 +50,35 @@ def model_dir() -> Path:
     return ensure_tiny_model()
 
 
+def gpu_items(rubric: Rubric) -> list[str]:
+    """Observed items that need CUDA: their golden outputs live in the GPU file."""
+    return [item.id for item in rubric.items if item.observed and item.gpu]
+
+
 def build_golden(lab: str, workdir: Path | None = None, spawn: str = "fork", rubric: Rubric | None = None,
-                 progress=None) -> dict[str, Any]:
-    """Run every observed item of the lab's rubric on the reference; return the golden data."""
+                 progress=None, gpu: bool = False) -> dict[str, Any]:
+    """Run the lab's observed CPU items (or, with `gpu`, its GPU items) on the reference; return the golden data."""
     rubric = rubric or load_rubric(lab)
     tree = load_reference()
-    gpu = cuda_available()
+    cuda = cuda_available()
+    if gpu and not cuda:
+        raise GoldenError(f"{lab}: GPU golden outputs are built on a machine with CUDA; torch sees none here")
     with tempfile.TemporaryDirectory(prefix=f"golden-{lab}-", dir=workdir) as tmp:
         root = Path(tmp)
         root.chmod(0o755)            # so that the graded processes' unprivileged user can reach the harness
         harness = build_harness(root / "harness", lab, tree)
-        fence = Fence.for_run(model_dir(), root)
+        fence = Fence.for_run(model_dir(), root, gpu=cuda)
         runner = Runner(root / "run", spawn)
         items: dict[str, list[str]] = {}
         tests: dict[str, list] = {}
         try:
             for item in rubric.items:
-                if not item.observed or (item.gpu and not gpu):
+                if not item.observed or item.gpu != gpu:
                     continue
                 if progress:
                     progress(f"{lab}: {item.id}")
-                run = runner.observe(harness, root / "scratch" / item.id, list(item.select), item.deadline_s, fence)
+                run = runner.observe(harness, root / "scratch" / item.id, list(item.select), item.deadline_s, fence,
+                                     gpu=item.gpu)
                 problems = list(run.problems)
                 if run.child.timed_out:
                     problems.append(f"timed out after {item.deadline_s} s")
@@ -84,8 +98,12 @@ def build_golden(lab: str, workdir: Path | None = None, spawn: str = "fork", rub
                     tests[test] = run.records[test]["obs"]
         finally:
             runner.close()
-    return {"format": FORMAT, "lab": lab, "fingerprint": source_fingerprint(lab, tree, selections(rubric)),
+    data = {"format": FORMAT, "lab": lab, "fingerprint": source_fingerprint(lab, tree, selections(rubric)),
             "cuda": gpu, "items": items, "tests": tests}
+    if gpu:
+        import torch
+        data["device"] = torch.cuda.get_device_name()
+    return data
 
 
 def selections(rubric: Rubric) -> bytes:
@@ -113,7 +131,7 @@ def dumps(data: dict[str, Any]) -> str:
 
 
 def write_golden(lab: str, data: dict[str, Any], path: Path | None = None) -> Path:
-    path = path or golden_path(lab)
+    path = path or (golden_gpu_path(lab) if data.get("cuda") else golden_path(lab))
     path.parent.mkdir(parents=True, exist_ok=True)
     text = dumps(data)
     assert json.loads(text) == data, "golden serialisation is not lossless"
@@ -131,9 +149,45 @@ def load_golden(lab: str, path: Path | None = None) -> dict[str, Any]:
     return data
 
 
+def load_gpu_golden(lab: str, cpu: dict[str, Any], path: Path | None = None) -> tuple[dict[str, Any] | None, str]:
+    """The lab's GPU golden data if it may be used with `cpu` (same sources), else None and why not."""
+    path = path or golden_gpu_path(lab)
+    if not path.is_file():
+        return None, (f"{lab}: no GPU golden outputs ({path.name}); GPU items stay blocked until "
+                      f"`inferlab golden build --lab {lab} --part gpu` runs on a GPU machine")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        return None, f"{lab}: {path.name} is not valid JSON ({err}); GPU items stay blocked"
+    if data.get("format") != FORMAT or data.get("lab") != lab or not data.get("cuda"):
+        return None, f"{lab}: {path.name} is not {lab}'s GPU golden file in format {FORMAT}; GPU items stay blocked"
+    if data.get("fingerprint") != cpu.get("fingerprint"):
+        return None, (f"{lab}: {path.name} was built from other sources than {golden_path(lab).name} (stale); "
+                      f"GPU items stay blocked until `inferlab golden build --lab {lab} --part gpu` runs on a GPU")
+    return data, ""
+
+
+def grading_golden(lab: str, cuda: bool) -> tuple[dict[str, Any], list[str]]:
+    """What a grading run judges against: the CPU golden data, plus the GPU file's items where CUDA exists."""
+    golden = load_golden(lab)
+    if not cuda or not gpu_items(load_rubric(lab)):
+        return golden, []
+    gpu, why = load_gpu_golden(lab, golden)
+    if gpu is None:
+        return golden, [why]
+    return {**golden, "items": {**golden["items"], **gpu["items"]}, "tests": {**golden["tests"], **gpu["tests"]},
+            "gpu_device": gpu.get("device")}, []
+
+
 def golden_sha256(lab: str) -> str:
-    path = golden_path(lab)
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+    """Digest of the golden files a grading run may use (the GPU file's too, where there is one)."""
+    paths = [p for p in (golden_path(lab), golden_gpu_path(lab)) if p.is_file()]
+    if not paths:
+        return ""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest() if len(paths) > 1 else hashlib.sha256(paths[0].read_bytes()).hexdigest()
 
 
 def compare_golden(stored: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
@@ -161,13 +215,14 @@ def compare_golden(stored: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
     return problems
 
 
-def check_golden(lab: str, workdir: Path | None = None, spawn: str = "fork", path: Path | None = None) -> list[str]:
-    """Why the stored golden outputs of `lab` are stale (empty when they are current).
+def check_golden(lab: str, workdir: Path | None = None, spawn: str = "fork", path: Path | None = None,
+                 gpu: bool = False) -> list[str]:
+    """Why the stored golden outputs of `lab` (the GPU file's, with `gpu`) are stale (empty when current).
 
     Rebuilds them, the only honest test, unless the stored file cannot even be read.
     """
     try:
-        stored = load_golden(lab, path)
+        stored = load_golden(lab, path or (golden_gpu_path(lab) if gpu else None))
     except (FileNotFoundError, ValueError, json.JSONDecodeError) as err:
         return [str(err)]
-    return compare_golden(stored, build_golden(lab, workdir, spawn))
+    return compare_golden(stored, build_golden(lab, workdir, spawn, gpu=gpu))

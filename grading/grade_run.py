@@ -32,7 +32,7 @@ from courseware.labs import exercise_labs
 from courseware.release import make_release
 from grading import RESULT_FORMAT
 from grading.execute import Fence, Runner, clear
-from grading.golden import cuda_available, golden_sha256, load_golden, model_dir
+from grading.golden import cuda_available, golden_sha256, grading_golden, model_dir
 from grading.harness import build_harness, digest
 from grading.items import ItemContext, grade_item
 from grading.results import ItemResult, device_description, package_versions, read_result, write_json_atomic
@@ -77,6 +77,7 @@ class Shared:
     environment: dict[str, Any]
     rubric_sha256: str
     golden_sha256: str
+    notes: list[str] = field(default_factory=list)
     shipped: dict[str, str] | None = None     # the lab's release, path -> sha256: what the student was given
 
 
@@ -209,11 +210,11 @@ def _up_to_date(path: Path, sub: Submission, shared: Shared) -> bool:
 def prepare(options: RunOptions) -> Shared:
     rubric = load_rubric(options.lab)
     observed = any(item.observed for item in rubric.items)
-    golden = load_golden(options.lab) if observed else {"items": {}, "tests": {}}      # report-only labs need none
+    cuda = cuda_available()
+    golden, notes = grading_golden(options.lab, cuda) if observed else ({"items": {}, "tests": {}}, [])
     tree = load_reference()
     out = options.out.resolve()
-    fence = Fence.for_run(model_dir(), out, options.submissions.resolve(), landlock=options.landlock)
-    cuda = cuda_available()
+    fence = Fence.for_run(model_dir(), out, options.submissions.resolve(), landlock=options.landlock, gpu=cuda)
     reference = None
     if any(item.kind == "throughput" for item in rubric.items):
         reference = out / WORK / "reference-harness"
@@ -221,7 +222,7 @@ def prepare(options: RunOptions) -> Shared:
         build_harness(reference, options.lab, tree)
     environment = {"device": device_description(cuda), "versions": package_versions(), "spawn": options.spawn}
     return Shared(options, rubric, golden, tree, fence, cuda, reference, environment,
-                  hashlib.sha256(rubric.path.read_bytes()).hexdigest(), golden_sha256(options.lab),
+                  hashlib.sha256(rubric.path.read_bytes()).hexdigest(), golden_sha256(options.lab), notes,
                   release_hashes(options.lab, out / WORK))
 
 
@@ -236,7 +237,7 @@ def grade_run(options: RunOptions, console: Console | None = None, show_progress
         write_json_atomic(options.out / MISSING, {"lab": options.lab,
                                                   "students": missing_students(options.submissions, options.lab)})
     shared = prepare(options)
-    summary = RunSummary(notes=notes)
+    summary = RunSummary(notes=notes + shared.notes)
     todo: "queue.Queue[Submission]" = queue.Queue()
     for sub in submissions:
         path = options.out / f"{sub.student_id}.json"

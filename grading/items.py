@@ -1,8 +1,9 @@
 """One rubric item of one submission, start to verdict.
 
 Order of precedence, so the same work always gets the same status:
-1. GPU item, no CUDA   -> blocked (its points are neither earned nor lost here);
-2. throughput item whose required items did not pass -> failed ("not scored");
+1. GPU item with no CUDA, or no current GPU golden outputs -> blocked (its points are neither
+   earned nor lost here);
+2. throughput item whose required items did not pass (blocked ones aside) -> failed ("not scored");
 3. otherwise run it: observed kinds in a graded process judged against the
    golden outputs (points in proportion to the hidden tests passed), throughput
    against the reference, reports by reading files.
@@ -77,11 +78,14 @@ def observed_flags(run: Observed, expected: list[str], deadline_s: float) -> lis
 
 def run_observed(item: Item, ctx: ItemContext) -> ItemResult:
     expected = ctx.golden["items"].get(item.id)
+    if expected is None and item.gpu:
+        return _skip(item, "blocked", f"no current GPU golden outputs for this item: they are built on a GPU "
+                                      f"machine (`inferlab golden build --lab {ctx.rubric.lab} --part gpu`)")
     if expected is None:
         return _skip(item, "error", "no golden outputs for this item: run `inferlab golden build`")
     scratch = ctx.scratch_root / item.id
     deadline_s = ctx.deadline(item)
-    run = ctx.runner.observe(ctx.harness, scratch, list(item.select), deadline_s, ctx.fence)
+    run = ctx.runner.observe(ctx.harness, scratch, list(item.select), deadline_s, ctx.fence, gpu=item.gpu)
     clear(scratch)
     verdict = judge_item(item.kind, expected, ctx.golden["tests"], run.records)
     flags = observed_flags(run, expected, deadline_s)
@@ -130,7 +134,7 @@ def grade_item(item: Item, ctx: ItemContext) -> ItemResult:
         return _skip(item, "blocked", "needs a CUDA GPU; none on this grading machine")
     if item.kind == "throughput":
         required = [ctx.rubric.item(i) for i in item.options["requires"]]
-        failing = [i.id for i in required if not (i.gpu and not ctx.cuda) and ctx.done[i.id].status != "passed"]
+        failing = [i.id for i in required if ctx.done[i.id].status not in ("passed", "blocked")]
         if failing:
             return _skip(item, "failed", f"not scored: it times an engine whose {', '.join(failing)} item(s) did "
                                          "not pass, and the speed of a wrong engine means nothing")

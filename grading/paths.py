@@ -57,5 +57,10 @@ def golden_path(lab_id: str) -> Path:
     return lab(lab_id).golden
 
 
+def golden_gpu_path(lab_id: str) -> Path:
+    """GPU items' golden outputs, built on a GPU machine, beside the CPU ones (grading.golden)."""
+    return lab(lab_id).golden_gpu
+
+
 def hidden_dir(lab_id: str) -> Path:
     return lab(lab_id).hidden

@@ -174,8 +174,30 @@ def feedback_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def gradescope_results(result: dict[str, Any]) -> dict[str, Any]:
-    """Gradescope's autograder `results.json` for one student (statuses other than passed count as failed)."""
+def hidden_items(lab: str) -> set[str]:
+    """Items no public test backs: Gradescope shows their results once grades are published, not at once.
+
+    A student can already run the public tests behind the other items, so
+    showing those verdicts at once gives nothing of the hidden tests away.
+    """
+    from grading.rubric import load_rubric
+    return {item.id for item in load_rubric(lab).items if not item.public}
+
+
+def leaderboard(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Gradescope leaderboard entries: the measured throughput ratio (reference time / yours), when measured."""
+    ratios = [item["measurements"]["median_ratio"] for item in result["items"]
+              if item["kind"] == "throughput" and "median_ratio" in item.get("measurements", {})]
+    return [{"name": "throughput vs reference (x)", "value": round(ratios[0], 3), "order": "desc"}] if ratios else []
+
+
+def gradescope_results(result: dict[str, Any], hidden: set[str] | frozenset[str] = frozenset(),
+                       with_leaderboard: bool = False, notes: list[str] | None = None) -> dict[str, Any]:
+    """Gradescope's autograder `results.json` for one student (statuses other than passed count as failed).
+
+    Items in `hidden` are shown `after_published`; `notes` (e.g. how an upload
+    was placed) go at the end of the submission-wide output.
+    """
     tests = []
     for number, item in enumerate(result["items"], start=1):
         body = item["message"]
@@ -183,14 +205,21 @@ def gradescope_results(result: dict[str, Any]) -> dict[str, Any]:
             body += "\n\n" + "\n".join(item["details"])
         tests.append({"name": item["title"], "number": str(number), "score": float(item["score"]),
                       "max_score": float(item["points"]), "status": "passed" if item["status"] == "passed" else "failed",
-                      "output": body, "tags": [item["kind"], item["status"]], "visibility": "visible"})
+                      "output": body, "tags": [item["kind"], item["status"]],
+                      "visibility": "after_published" if item["id"] in hidden else "visible"})
     output = f"{result['lab']}: {result['score']}/{result['max_score']}"
     if result["blocked_points"]:
         output += f" ({result['blocked_points']} GPU points not graded here)"
-    return {"score": float(result["score"]), "output": output, "visibility": "visible",
-            "stdout_visibility": "hidden", "tests": tests,
-            "extra_data": {"lab": result["lab"], "student_id": result["student_id"],
-                           "submission_sha256": result["submission_sha256"]}}
+    if notes:
+        output += "\n\n" + "\n".join(f"- {note}" for note in notes)
+    out = {"score": float(result["score"]), "output": output, "visibility": "visible",
+           "stdout_visibility": "hidden", "tests": tests,
+           "extra_data": {"lab": result["lab"], "student_id": result["student_id"],
+                          "submission_sha256": result["submission_sha256"]}}
+    board = leaderboard(result) if with_leaderboard else []
+    if board:
+        out["leaderboard"] = board
+    return out
 
 
 def histogram(results: list[dict[str, Any]], path: Path) -> Path:
@@ -221,10 +250,11 @@ def make_reports(results_dir: Path, out: Path | None = None, console: Console | 
     paths.gradescope.mkdir(parents=True, exist_ok=True)
     from grading.nbgrader_bridge import load_nbgrader_scores
     write_csv(results + missing_rows(results_dir, results), paths.csv, load_nbgrader_scores(results_dir))
+    hidden = hidden_items(results[0]["lab"])
     for result in results:
         sid = result["student_id"]
         (paths.feedback / f"{sid}.md").write_text(feedback_markdown(result), encoding="utf-8")
-        write_json_atomic(paths.gradescope / sid / "results.json", gradescope_results(result))
+        write_json_atomic(paths.gradescope / sid / "results.json", gradescope_results(result, hidden))
     histogram(results, paths.histogram)
     if console is not None:
         console.print(summary_table(results, f"{results[0]['lab']}: {len(results)} result(s)"))

@@ -111,6 +111,8 @@ def child(request: dict) -> None:
         sys.path[:0] = list(request.get("path") or [])
         os.environ.clear()
         os.environ.update(request["env"])
+        import tempfile
+        tempfile.tempdir = None          # the zygote's cached /tmp would outlive its environment: use TMPDIR (scratch)
         if request["mode"] == "pytest":
             import pytest
             sys.argv = ["pytest", *request["argv"]]

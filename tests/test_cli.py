@@ -59,10 +59,11 @@ def test_ci_runs_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
     setup, test_command = blocks[0], blocks[1]
-    assert "inferlab demo" in setup and "torch==2.13.0" in setup
+    from courseware.release import TORCH_VERSION
+    assert "inferlab demo" in setup and f"torch=={TORCH_VERSION}" in setup
     ci = (ROOT / ".ci" / "run").read_text()
     assert test_command.strip() in ci, f"README's test command {test_command!r} is not what .ci/run runs"
-    assert "torch==2.13.0" in ci
+    assert f"torch=={TORCH_VERSION}" in ci
     # The system packages of README's PDF setup are the ones CI installs.
     apt = next(b for b in blocks if "apt-get install" in b)
     packages = apt.split("--no-install-recommends", 1)[1].split()

@@ -67,3 +67,35 @@ def test_every_course_package_but_the_harness_one_is_unimportable():
     modules = private_modules()
     assert {"reference", "courseware", "grading", "inferlab", "tests", "scripts", "slides_code"} <= set(modules)
     assert HARNESS_PACKAGE not in modules   # the harness imports its own copy by that name
+
+
+def test_only_the_programs_a_gpu_policy_allows_may_be_started(tmp_path):
+    """On GPU machines Triton's compilers may run (Policy.programs); any other program, or a bare name, is refused."""
+    import shutil
+    import sys
+    from grading.paths import PAYLOAD
+    allowed, other = shutil.which("true"), shutil.which("echo")
+    script = f"""
+import subprocess, sys
+sys.path.insert(0, {str(PAYLOAD)!r})
+from _inferlab_sandbox import Policy, install
+install(Policy({str(tmp_path)!r}, [], [], [], programs=[{allowed!r}]))
+print("allowed", subprocess.run([{allowed!r}]).returncode)
+for argv in ([{other!r}, "x"], ["true"]):
+    try:
+        subprocess.run(argv)
+        print("started", argv[0])
+    except PermissionError:
+        print("refused", argv[0])
+"""
+    out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split("\n")[:3] == ["allowed 0", f"refused {other}", "refused true"], out.stdout + out.stderr
+    assert "INFERLAB-SANDBOX-DENIED subprocess.Popen" in out.stderr
+
+
+def test_a_gpu_fence_names_the_compilers_and_a_cpu_fence_nothing(tmp_path):
+    import shutil
+    cpu, gpu = Fence.for_run(tmp_path), Fence.for_run(tmp_path, gpu=True)
+    assert cpu.programs == () and cpu.devices == ()
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler is None or compiler in gpu.programs

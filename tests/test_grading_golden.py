@@ -14,7 +14,7 @@ import time
 import pytest
 
 from grading.execute import Fence, Runner, child_env, pytest_argv
-from grading.golden import build_golden, compare_golden, load_golden, selections, write_golden
+from grading.golden import build_golden, compare_golden, gpu_items, load_golden, load_gpu_golden, selections, write_golden
 from grading.harness import build_harness, source_fingerprint
 from grading.judge import judge_item
 from courseware.labs import all_labs, graded_labs
@@ -64,10 +64,42 @@ def test_every_hidden_test_is_graded_by_some_item(collected, lab):
     golden = load_golden(lab)
     graded = {t for tests in golden["items"].values() for t in tests}
     expected = set(collected[lab])
-    if not golden["cuda"]:            # GPU items' tests have golden outputs only when built where CUDA exists
+    gpu_golden, _ = load_gpu_golden(lab, golden)
+    if gpu_golden is not None:        # GPU items' tests, built on a GPU machine, live in golden_gpu.json
+        graded |= {t for tests in gpu_golden["items"].values() for t in tests}
+    else:
         gpu = [s for item in load_rubric(lab).items if item.gpu for s in item.select]
         expected = {t for t in expected if not any(t == s or t.startswith(s + "[") for s in gpu)}
+    assert not golden["cuda"] and not set(golden["items"]) & set(gpu_items(load_rubric(lab))), "GPU items stay out"
     assert graded == expected, sorted(expected ^ graded)
+
+
+def test_gpu_golden_outputs_are_used_only_where_cuda_is_and_only_when_current(tmp_path, monkeypatch):
+    """golden_gpu.json joins the CPU golden data on a CUDA machine, unless built from other sources."""
+    from grading import golden as golden_module
+    cpu = load_golden("lab4")
+    gpu_file = tmp_path / "golden_gpu.json"
+    monkeypatch.setattr(golden_module, "golden_gpu_path", lambda lab: gpu_file)
+    merged, notes = golden_module.grading_golden("lab4", cuda=True)
+    assert merged["items"] == cpu["items"] and "no GPU golden outputs" in notes[0]
+    gpu = {"format": cpu["format"], "lab": "lab4", "fingerprint": cpu["fingerprint"], "cuda": True,
+           "device": "a GPU", "items": {"kv_store_gpu": ["t::gpu"]}, "tests": {"t::gpu": [["k", 1]]}}
+    write_golden("lab4", gpu, gpu_file)
+    merged, notes = golden_module.grading_golden("lab4", cuda=True)
+    assert notes == [] and merged["items"]["kv_store_gpu"] == ["t::gpu"] and merged["tests"]["t::gpu"] == [["k", 1]]
+    assert set(cpu["items"]) < set(merged["items"])
+    assert golden_module.grading_golden("lab4", cuda=False) == (cpu, [])
+    write_golden("lab4", {**gpu, "fingerprint": "0" * 64}, gpu_file)
+    merged, notes = golden_module.grading_golden("lab4", cuda=True)
+    assert "kv_store_gpu" not in merged["items"] and "stale" in notes[0]
+
+
+def test_a_gpu_item_without_gpu_golden_outputs_is_blocked_not_failed():
+    from grading.items import ItemContext, run_observed
+    rubric = load_rubric("lab4")
+    ctx = ItemContext(rubric, load_golden("lab4"), None, "", None, None, None, None, None, cuda=True)
+    result = run_observed(rubric.item("kv_store_gpu"), ctx)
+    assert result.status == "blocked" and result.score == 0 and "golden build --lab lab4 --part gpu" in result.message
 
 
 @pytest.mark.parametrize("lab", OBSERVED_LABS)

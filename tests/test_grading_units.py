@@ -40,6 +40,17 @@ def test_every_rubric_is_valid_and_totals_100(path):
     assert len({item.id for item in rubric.items}) == len(rubric.items)
 
 
+@pytest.mark.parametrize("path", RUBRICS, ids=lambda p: p.parent.name)
+def test_public_tests_named_by_a_rubric_exist(path):
+    """Each `public` entry names a test function defined in one of the lab's public test files (read with ast)."""
+    import ast
+    lab = next(each for each in all_labs() if each.rubric == path)
+    defined = {f"{f.name}::{node.name}" for f in lab.public_tests()
+               for node in ast.parse(f.read_text(encoding="utf-8")).body if isinstance(node, ast.FunctionDef)}
+    named = {test for item in load_rubric(lab.lab_id, path).items for test in item.public}
+    assert named <= defined, sorted(named - defined)
+
+
 def test_the_labs_with_rubrics():
     assert {p.parent.name.split("_", 1)[0] for p in RUBRICS} >= {"lab1", "lab2", "lab3"}
 
@@ -65,6 +76,8 @@ GOOD_ITEM = {"id": "a", "points": 100, "kind": "pytest", "select": ["hidden/lab9
     ([{**GOOD_ITEM, "deadline_s": 10_000}], "deadline_s"),
     ([{**GOOD_ITEM, "colour": "red"}], "unknown field"),
     ([{"id": "t", "points": 100, "kind": "throughput"}], "name a workload"),
+    ([{**GOOD_ITEM, "public": ["test_x.py"]}], "public must list public tests"),
+    ([{**GOOD_ITEM, "public": "test_lab9_x.py::test_y"}], "public must list public tests"),
 ])
 def test_bad_rubrics_are_refused_with_a_reason(items, complaint):
     with pytest.raises(RubricError, match=complaint):

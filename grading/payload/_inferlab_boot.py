@@ -34,6 +34,27 @@ def warm_up() -> None:
         AutoTokenizer.from_pretrained(model)
     torch.ones(2, 2) @ torch.ones(2, 2)
     torch.nn.functional.softmax(torch.ones(3), dim=-1)
+    if torch.cuda.is_available():
+        warm_up_cuda()
+
+
+def warm_up_cuda() -> None:
+    """Create the CUDA context, load cuBLAS and start Triton's driver while nothing is fenced yet.
+
+    The context opens the GPU's device files and loads libcuda; Triton's
+    driver builds its helper module with the C compiler and runs `ldconfig -p`
+    once (cached for the process). After the fence only what the policy
+    allows can happen: Triton's ptxas and the C compiler for new kernels.
+    Costs each graded process a context creation on GPU machines only.
+    """
+    x = torch.ones(8, 8, device="cuda")
+    (x @ x).sum().item()
+    torch.cuda.device_count()          # asks NVML through ctypes, once: cached now that CUDA is initialised
+    try:
+        from triton.runtime import driver
+    except ImportError:
+        return
+    driver.active.get_current_device()
 
 
 def read_roots(hidden: list[str]) -> list[str]:

@@ -70,11 +70,14 @@ def abi_version() -> int:
     return int(version) if version > 0 else 0
 
 
-def restrict(read_roots: list[str], write_roots: list[str], list_roots: list[str] = ()) -> dict | None:
+def restrict(read_roots: list[str], write_roots: list[str], list_roots: list[str] = (),
+             devices: list[str] | None = None) -> dict | None:
     """Fence this thread (and its future children) to the given roots; None when unavailable.
 
     `list_roots` may be listed (and walked through) but their files not read.
-    Roots that do not exist are skipped. Returns a summary for the result file.
+    `devices` (the GPU's /dev/nvidia* files, on CUDA machines only) may be
+    opened read-write and take ioctls: a CUDA context opens more of them after
+    the fence. Roots that do not exist are skipped. Returns a summary for the result file.
     """
     abi = abi_version()
     if abi <= 0:
@@ -95,6 +98,7 @@ def restrict(read_roots: list[str], write_roots: list[str], list_roots: list[str
         rules = [(p, read_rights) for p in read_roots] + [(p, fs) for p in write_roots]
         rules += [(p, READ_DIR) for p in list_roots if os.path.isdir(p)]
         rules.append(("/dev/null", READ_FILE | WRITE_FILE | (TRUNCATE if abi >= 3 else 0)))
+        rules += [(p, READ_FILE | WRITE_FILE | IOCTL_DEV) for p in devices or ()]
         for path, rights in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)

@@ -9,7 +9,8 @@ Three layers, all impossible to remove once in place:
    the Python installation, system folders, the harness and the model; writes
    only beneath this item's scratch folder; no signals to the grader.
 2. seccomp (`_inferlab_seccomp`): the kernel kills the process that tries to
-   start another one by any route (`_posixsubprocess`, native code, ...).
+   start another one by any route (`_posixsubprocess`, native code, ...); not on a GPU
+   item, which must start Triton's compilers (`Policy.programs`: exactly those).
 3. A Python audit hook (PEP 578): refuses starting processes, signals, sockets,
    ctypes, reading the hidden tests' sources (compiled before the fence),
    importing the instructor's packages (`reference`, `grading`,
@@ -47,6 +48,8 @@ _FORBIDDEN = frozenset({
     "winreg.OpenKey", "webbrowser.open", "urllib.Request", "http.client.connect", "ftplib.connect",
     "smtplib.connect", "imaplib.open", "poplib.connect", "telnetlib.Telnet.open",
 })
+# Process starts an allowed program (Policy.programs) may make; all others stay forbidden.
+_SPAWNING = frozenset({"subprocess.Popen", "os.posix_spawn", "os.posix_spawnp"})
 # Events whose first argument is a path that may only be changed inside scratch.
 _MUTATING = frozenset({"os.remove", "os.rmdir", "os.rename", "os.truncate", "os.chmod", "os.chown", "os.utime",
                        "os.mkdir", "os.chflags", "os.lchflags", "os.mkfifo", "os.mknod", "shutil.rmtree",
@@ -59,17 +62,24 @@ class Policy:
     """Which roots the graded process may read, write, or not even look at."""
 
     def __init__(self, scratch: str, readable: list[str], hidden: list[str], modules: list[str],
-                 secret: list[str] | None = None):
+                 secret: list[str] | None = None, programs: list[str] | None = None,
+                 devices: list[str] | None = None):
         self.scratch = os.path.realpath(scratch)
         self.readable = [os.path.realpath(p) for p in readable]
         self.secret = [os.path.realpath(p) for p in secret or []]       # inside readable, yet never read
         self.hidden = [os.path.realpath(p) for p in hidden]
         self.modules = tuple(modules)
+        # Only on CUDA machines: Triton compiles kernels with its ptxas and their launchers with the C
+        # compiler, so exactly those executables may be started (under Landlock they inherit the fence),
+        # and the GPU's device files may be opened read-write. Empty everywhere else.
+        self.programs = frozenset(os.path.realpath(p) for p in programs or ())
+        self.devices = [os.path.realpath(p) for p in devices or ()]
 
     @classmethod
     def from_env(cls) -> "Policy":
         data = json.loads(os.environ.pop(ENV))
-        return cls(data["scratch"], data["readable"], data["hidden"], data["modules"], data.get("secret"))
+        return cls(data["scratch"], data["readable"], data["hidden"], data["modules"], data.get("secret"),
+                   data.get("programs"), data.get("devices"))
 
 
 def _within(path: str, roots: list[str]) -> bool:
@@ -114,19 +124,24 @@ def split_around(roots: list[str], secret: list[str]) -> tuple[list[str], list[s
 
 def install(policy: Policy, landlock_read_roots: list[str] | None = None) -> dict:
     """Fence this process. Returns what was put in place (recorded in the observations file)."""
-    summary: dict = {"audit_hook": True, "landlock": None, "seccomp": None}
+    summary: dict = {"audit_hook": True, "landlock": None, "seccomp": None, "programs": sorted(policy.programs)}
     if landlock_read_roots is not None:
         try:
             import _inferlab_landlock
             full, list_only = split_around(landlock_read_roots + policy.readable, policy.secret)
-            summary["landlock"] = _inferlab_landlock.restrict(full, [policy.scratch], list_only)
+            summary["landlock"] = _inferlab_landlock.restrict(full, [policy.scratch], list_only, policy.devices)
         except OSError as err:
             summary["landlock"] = {"error": str(err)}
-    try:
-        import _inferlab_seccomp
-        summary["seccomp"] = _inferlab_seccomp.restrict()
-    except OSError as err:
-        summary["seccomp"] = {"error": str(err)}
+    if policy.programs:
+        # A GPU item must start Triton's ptxas and a C compiler: the kernel filter would kill it. The audit hook
+        # still allows exactly those programs, and Landlock still fences what they read and write.
+        summary["seccomp"] = {"skipped": "a GPU item may start the compilers Triton needs"}
+    else:
+        try:
+            import _inferlab_seccomp
+            summary["seccomp"] = _inferlab_seccomp.restrict()
+        except OSError as err:
+            summary["seccomp"] = {"error": str(err)}
     _install_hook(policy)
     return summary
 
@@ -140,6 +155,7 @@ def _install_hook(policy: Policy) -> None:
     secret = list(policy.secret)
     in_scratch = [scratch]
     forbidden, mutating, listing = _FORBIDDEN, _MUTATING, _LISTING
+    programs, spawning, isabs = policy.programs, _SPAWNING, os.path.isabs
     write_flags = _WRITE_FLAGS
     proc_prefix = "/proc/"
     own_proc = (f"/proc/{pid}", "/proc/self", "/proc/thread-self")
@@ -177,6 +193,16 @@ def _install_hook(policy: Policy) -> None:
             return
         deny(event, full)
 
+    def allowed_program(args: tuple) -> bool:
+        """subprocess.Popen(executable, args, ...) / os.posix_spawn(path, argv, ...): one of the allowed ones?"""
+        executable = args[0] if args else None
+        if executable is None and len(args) > 1 and isinstance(args[1], (list, tuple)) and args[1]:
+            executable = args[1][0]
+        if not isinstance(executable, (str, bytes)) and not hasattr(executable, "__fspath__"):
+            return False
+        text = fsdecode(fspath(executable))
+        return isabs(text) and realpath(text) in programs
+
     def hook(event: str, args: tuple) -> None:
         if event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
@@ -196,6 +222,8 @@ def _install_hook(policy: Policy) -> None:
             name = args[0] if args else ""
             if isinstance(name, str) and name.split(".", 1)[0] in modules:
                 deny(event, name)
+        elif event in spawning and programs and allowed_program(args):
+            return
         elif event in forbidden:
             deny(event, repr(args)[:200])
         elif event == "os.chdir":

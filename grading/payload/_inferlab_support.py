@@ -103,7 +103,7 @@ def drive_engine(requests: list[tuple[list[int], dict[str, Any]]], observe, *, b
     """
     engine_module = module("engine.llm_engine")
     params_cls = module("sampling_params").SamplingParams
-    engine = engine_module.LLMEngine(model_dir(), device="cpu", **config)
+    engine = engine_module.LLMEngine(model_dir(), **{"device": "cpu", **config})     # GPU tests pass device="cuda"
     refused, ids = [], []
     names: dict[int, str] = {}            # engine seq_id -> "r<i>", the i-th request of the test's workload
     for index, (prompt, params) in enumerate(requests):
