@@ -76,8 +76,8 @@ GOOD_ITEM = {"id": "a", "points": 100, "kind": "pytest", "select": ["hidden/lab9
     ([{**GOOD_ITEM, "deadline_s": 10_000}], "deadline_s"),
     ([{**GOOD_ITEM, "colour": "red"}], "unknown field"),
     ([{"id": "t", "points": 100, "kind": "throughput"}], "name a workload"),
-    ([{**GOOD_ITEM, "public": ["test_x.py"]}], "public must list public tests"),
-    ([{**GOOD_ITEM, "public": "test_lab9_x.py::test_y"}], "public must list public tests"),
+    ([{**GOOD_ITEM, "public": ["test_x.py"]}], "public must list the public tests"),
+    ([{**GOOD_ITEM, "public": "test_lab9_x.py::test_y"}], "public must list the public tests"),
 ])
 def test_bad_rubrics_are_refused_with_a_reason(items, complaint):
     with pytest.raises(RubricError, match=complaint):
