@@ -188,3 +188,31 @@ def test_log_passes_lifecycle_checker(impl, tiny_model_dir):
     problems = impl.module("metrics").check_lifecycle(events)
     if problems:
         pytest.fail("check_lifecycle found problems:\n  " + "\n  ".join(problems), pytrace=False)
+
+
+# Step 1 prefills B while A, running since step 0, waits for its decode: one sequence scheduled, two running.
+UNEVEN_SCRIPT = {
+    0: [("prefill", 0, 4)],
+    1: [("prefill", 1, 3)],
+    2: [("decode", 0), ("decode", 1)],
+}
+
+
+@pytest.mark.points(1)
+@pytest.mark.covers("lab1.emit_step")
+def test_step_batch_size_counts_the_scheduled_sequences_not_the_running_ones(impl, tiny_model_dir):
+    params = impl.module("sampling_params").SamplingParams
+    with ExitStack() as stack:
+        engine = fake_engine(impl, tiny_model_dir, UNEVEN_SCRIPT, stack)
+        engine.add_request([11, 12, 13, 14], params(temperature=0.0, max_tokens=2, ignore_eos=True))
+        engine.add_request([21, 22, 23], params(temperature=0.0, max_tokens=2, ignore_eos=True))
+        for _ in UNEVEN_SCRIPT:
+            engine.step()
+    steps = only(engine.log.events, "STEP")
+    # batch_size: the script's actions in that step; num_running: A alone, then A and B, then both.
+    expected = [(step, len(actions), running) for (step, actions), running in zip(UNEVEN_SCRIPT.items(), (1, 2, 2))]
+    got = [(s["step"], s.get("batch_size"), s.get("num_running")) for s in steps]
+    if got != expected:
+        pytest.fail(f"STEP (step, batch_size, num_running): expected {expected}, got {got}; batch_size counts the "
+                    f"sequences scheduled in the step (step 1 schedules only B), not every running one",
+                    pytrace=False)

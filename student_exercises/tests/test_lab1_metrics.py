@@ -151,3 +151,22 @@ def test_interleaved_requests_are_measured_separately(impl):
         check_metric(f"seq {seq_id} ttft", m.ttft, 1.0, "both requests wait exactly 1.0 for their first token")
         check_metric(f"seq {seq_id} e2e", m.e2e, 1.75, "both requests take 1.75 end to end")
         assert_same_list(f"seq {seq_id} itls", [0.25, 0.5], list(m.itls))
+
+
+@pytest.mark.points(1)
+def test_queue_time_counts_from_arrival_when_queued_later(impl):
+    """QUEUED may come after ARRIVED (the engine logs both, time passes in between): queue time starts at ARRIVED."""
+    log = simple_request()
+    log[1] = ev("QUEUED", 0, 0, 1.25, reason="new")
+    m = metrics_of(impl, log)[0]
+    check_metric("queue_time", m.queue_time, 1.5 - 1.0, "first SCHEDULED 1.5 - ARRIVED 1.0, not QUEUED 1.25")
+    check_metric("ttft", m.ttft, 2.0 - 1.0, "FIRST_TOKEN 2.0 - ARRIVED 1.0")
+
+
+@pytest.mark.points(1)
+def test_tpot_of_a_two_token_request(impl):
+    """Two tokens make one gap: TPOT is defined, and equals that gap."""
+    log = simple_request()[:8] + [ev("FINISHED", 0, 1, 2.25, reason="length", num_output_tokens=2),
+                                  ev("FREED", 0, 1, 2.25, blocks_freed=1)]
+    m = metrics_of(impl, log)[0]
+    check_metric("tpot", m.tpot, (2.25 - 2.0) / (2 - 1), "(FINISHED 2.25 - FIRST_TOKEN 2.0) / (2 tokens - 1)")

@@ -404,3 +404,36 @@ def _write(content: dict[int, tuple], seq, start: int, block_size: int) -> None:
     for pos in range(start, seq.num_cached_tokens):
         slot = seq.block_table[pos // block_size] * block_size + pos % block_size
         content[slot] = tuple(seq.token_ids[:pos + 1])
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab2.can_allocate")
+def test_can_allocate_needs_no_free_block_for_hits_another_sequence_holds(impl):
+    """A hit on a block a running sequence still holds shares it: only the prompt's new blocks need to be free."""
+    lab = Lab(impl)
+    bm = lab.manager(5)
+    system = tokens(1000, 2 * BS)
+    a = lab.seq(system + tokens(1, 1))
+    prefill(bm, a)                      # a = [0, 1, 2]: blocks 0 and 1 full, computed, cached; 2 blocks free
+    b = lab.seq(system + tokens(500, 2 * BS))   # 4 blocks: 2 hits (held by a) + 2 new
+    answer = bm.can_allocate(b)
+    if answer is not True:
+        pytest.fail("can_allocate: b needs 4 blocks, 2 of them cache hits that a still holds (shared, not taken "
+                    f"from the free list) and 2 new ones; 2 are free, so expected True, got {answer!r}",
+                    pytrace=False)
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab2.can_append", "lab2.may_append")
+def test_every_token_starts_a_block_at_block_size_one(impl):
+    """Block size 1: each decode token needs a block of its own (len % 1 is always 0: no remainder trick)."""
+    lab = Lab(impl, block_size=1)
+    bm = lab.manager(8)
+    seq = lab.seq(tokens(0, 3))
+    prefill(bm, seq)
+    counts = []
+    for i in range(4):
+        decode(bm, seq, 900 + i)
+        counts.append(len(seq.block_table))
+    assert_same_list("number of blocks after each decode token at block size 1 (one per token)",
+                     [4, 5, 6, 7], counts, label=lambda i: f"len {4 + i}")

@@ -308,3 +308,33 @@ def test_chunked_prefill_samples_only_when_the_prompt_is_done(impl, config_only_
         progress.append((a.num_cached_tokens, a.num_output_tokens))
     assert_same_list("(computed tokens, output tokens) of a 19-token prompt after each step, budget 8",
                      [(8, 0), (16, 0), (19, 1)], progress, label=lambda i: f"step {i}")
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab3.admit")
+def test_a_prompt_exactly_filling_the_token_budget_is_admitted(impl, config_only_model_dir):
+    """Budget 16. A: 6-token prompt, B: 10 tokens, C: 4 tokens, one output token each.
+
+    step 0: A (6), then B costs exactly the 10 left: admitted too (10 <= 10), C waits;  step 1: C.
+    """
+    sim = Sim(impl, config_only_model_dir, 32, max_num_batched_tokens=16, max_model_len=16)
+    sim.add("A", 6, 1, first_token=100)
+    sim.add("B", 10, 1, first_token=200)
+    sim.add("C", 4, 1, first_token=300)
+    check_schedule(["prefill A:6 B:10", "prefill C:4"], sim.run(), "budget 16, B fills exactly what A leaves")
+
+
+@pytest.mark.stretch
+@pytest.mark.points(2)
+@pytest.mark.covers("lab3.admit")
+def test_chunked_prefill_admits_nobody_once_the_budget_is_spent(impl, config_only_model_dir):
+    """Chunked prefill, budget 8. A: 8-token prompt, B: 4 tokens, one output token each.
+
+    step 0: A takes the whole budget; B is not admitted with a 0-token chunk (it would hold blocks for
+    nothing);  step 1: B.
+    """
+    sim = Sim(impl, config_only_model_dir, 32, max_num_batched_tokens=8, max_model_len=16,
+              enable_chunked_prefill=True)
+    sim.add("A", 8, 1, first_token=100)
+    sim.add("B", 4, 1, first_token=200)
+    check_schedule(["prefill A:8", "prefill B:4"], sim.run(), "chunked prefill, budget 8, first prompt fills it")
