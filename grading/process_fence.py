@@ -93,18 +93,20 @@ def _private_proc() -> None:
     _check(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount proc")
 
 
-def _reachable(uid: int, read: list[str], write: list[str]) -> str | None:
-    """The first folder `uid` could not use, tried with only the effective uid switched (None: all fine)."""
-    read = [path for path in read if os.path.exists(path)]          # as root: uid may not even see it
+def _reachable(uid: int, folders: dict[str, list[str]], write: list[str]) -> str | None:
+    """What `uid` could not use (a kind of folder, not its path: results must not differ from run to run).
+
+    Tried with only the effective uid switched; None when everything is in reach.
+    """
+    folders = {kind: [p for p in paths if os.path.exists(p)] for kind, paths in folders.items()}   # as root
     os.setresgid(-1, uid, -1)
     os.setresuid(-1, uid, -1)
     try:
-        for path in read:
-            if not os.access(path, os.R_OK | os.X_OK, effective_ids=True):
-                return path
-        for path in write:
-            if not os.access(path, os.R_OK | os.W_OK | os.X_OK, effective_ids=True):
-                return path
+        for kind, paths in folders.items():
+            if not all(os.access(p, os.R_OK | os.X_OK, effective_ids=True) for p in paths):
+                return kind
+        if not all(os.access(p, os.R_OK | os.W_OK | os.X_OK, effective_ids=True) for p in write):
+            return "its scratch folder"
         return None
     finally:
         os.setresuid(-1, 0, -1)
@@ -139,10 +141,10 @@ def _choose_user(spec: dict) -> dict:
     if os.geteuid() != 0:
         return {"uid": os.geteuid(), "missing": "the grader is not root: graded code runs as the grader's user"}
     uid = int(spec.get("uid", NOBODY))
-    read = [*spec.get("read", []), *(p for p in sys.path if p)]
+    folders = {"Python's folders": [p for p in sys.path if p], "the harness or the model": list(spec.get("read", []))}
     write = list(spec.get("write", []))
     _give(write, uid)
-    blocked = _reachable(uid, read, write)
+    blocked = _reachable(uid, folders, write)
     if blocked is None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
