@@ -152,7 +152,9 @@ def execute_notebook(path: Path, timeout: int = DEFAULT_TIMEOUT):
 
 def notebook_to_html(nb) -> str:
     nbconvert = _require("nbconvert")
-    exporter = nbconvert.HTMLExporter(template_name="inferlab", extra_template_basedirs=[str(TEMPLATES)])
+    # lang zh: Chromium picks the Chinese glyphs of the CJK font for Han characters.
+    exporter = nbconvert.HTMLExporter(template_name="inferlab", extra_template_basedirs=[str(TEMPLATES)],
+                                      language_code="zh")
     body, _ = exporter.from_notebook_node(nb, resources={"inferlab_css": page_css()})
     return body
 

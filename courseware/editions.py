@@ -11,6 +11,10 @@ instructor's numbers and the students' pages come from the same run:
   below its question is read before the question is tried.
 - instructor: every cell; `instructor` notes are styled apart (the page's CSS
   class `celltag_instructor`).
+
+The student repository (`inferlab release`, and build/experiments/assignment_<term>/)
+gets the student cut of each notebook too, and not the percent-format sources
+(tutorials/src/), which hold the answers in plain text.
 """
 from __future__ import annotations
 
@@ -28,11 +32,11 @@ def edition(nb, which: str):
     """A copy of the notebook as that edition shows it."""
     if which not in EDITIONS:
         raise ValueError(f"unknown edition {which!r}; choose one of {EDITIONS}")
-    out = copy.deepcopy(nb)
+    out = copy.deepcopy(nb)             # a NotebookNode or the plain dict of the .ipynb JSON
     if which == "student":
-        out.cells = [c for c in out.cells if not tags(c) & HIDDEN_FROM_STUDENTS]
+        out["cells"] = [c for c in out["cells"] if not tags(c) & HIDDEN_FROM_STUDENTS]
     else:
-        for cell in out.cells:
+        for cell in out["cells"]:
             if "answer" in tags(cell):                  # the instructor reads answers unfolded
                 cell.get("metadata", {}).get("jupyter", {}).pop("source_hidden", None)
     return out

@@ -75,7 +75,8 @@ def html_to_pdf(html_path: Path, pdf_path: Path, browser: str | None = None) -> 
     pdf_path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="inferlab-chromium-") as profile:
         command = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                   "--no-first-run", "--disable-extensions", f"--user-data-dir={profile}",
+                   "--no-first-run", "--disable-extensions", "--disable-background-networking",
+                   "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
                    "--host-resolver-rules=MAP * ~NOTFOUND", "--no-pdf-header-footer",
                    f"--print-to-pdf={pdf_path.resolve()}", html_path.resolve().as_uri()]
         result = subprocess.run(command, capture_output=True, text=True, timeout=PRINT_TIMEOUT_S, check=False)

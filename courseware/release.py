@@ -5,7 +5,7 @@ with their solutions (a student of lab 3 gets a working block manager) and
 lab N's and later labs' regions stubbed, the later labs' parts run by stand-ins
 (courseware/later_labs.py, reference/standins/); lab N's public tests only; the
 lab folder's public parts (handout, report template, rubric; its tests only
-where they run) and the tutorials when they exist; a README; and a small
+where they run) and the tutorials when they exist (student edition: no answers, no sources); a README; and a small
 installable `courseware` package with just what the tests and the self-check
 need (the lab registry, the tiny model builder, `inferlab check`). It never
 contains `reference/`, a lab's private parts (hidden tests, golden outputs,
@@ -15,6 +15,7 @@ by design.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import shutil
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from courseware.exercises import (
     load_reference,
     write_package,
 )
+from courseware.editions import edition
 from courseware.labs import PUBLIC_PARTS, lab_folder
 from courseware.selfcheck import PRISTINE
 from courseware.later_labs import engine_section, used_support, with_standins
@@ -199,6 +201,7 @@ def _copy_handout(root: Path, lab: str, out: Path) -> Path | None:
 
 
 def _copy_tutorials(root: Path, out: Path) -> bool:
+    """The tutorials as students get them: notebooks without answers or instructor notes, no sources."""
     source = root / "tutorials"
     if not source.is_dir():
         return False
@@ -206,10 +209,15 @@ def _copy_tutorials(root: Path, out: Path) -> bool:
     for path in sorted(source.rglob("*")):
         rel = path.relative_to(source)
         hidden = any(part.startswith((".", "_")) for part in rel.parts)   # caches, build scripts
-        if hidden or not path.is_file() or path.suffix not in TUTORIAL_SUFFIXES:
+        if hidden or rel.parts[0] == "src" or not path.is_file() or path.suffix not in TUTORIAL_SUFFIXES:
             continue
         (out / "tutorials" / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, out / "tutorials" / rel)
+        if path.suffix == ".ipynb":
+            student = edition(json.loads(path.read_text(encoding="utf-8")), "student")
+            (out / "tutorials" / rel).write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n",
+                                                 encoding="utf-8")
+        else:
+            shutil.copy2(path, out / "tutorials" / rel)
         copied = True
     return copied
 

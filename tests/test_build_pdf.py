@@ -102,5 +102,11 @@ def test_assignment_package_is_per_term_and_public_only(tmp_path):
     assert labs == sorted(p.name for p in (ROOT / "assignments").glob("lab*_*") if p.is_dir())
     assert (target / "lab1_lifecycle" / "README.md").is_file()
     assert (target / "lab5_performance" / "report_template.md").is_file()
-    private = {"hidden", "golden.json", "bugzoo", "private", "reference"}
+    private = {"hidden", "golden.json", "bugzoo", "private", "reference", "src"}
     assert not [p for p in target.rglob("*") if p.name in private]
+    notebooks = sorted((target / "lab1_lifecycle" / "tutorials").glob("Tutorial_*.ipynb"))
+    assert len(notebooks) == len(find_tutorials(ROOT))
+    for path in notebooks:                              # the student cut: exercises, no answers
+        nb = nbformat.read(path, as_version=4)
+        text = "".join(c.source for c in nb.cells)
+        assert "课堂练习" in text and "参考答案" not in text and "教师注释" not in text, path.name

@@ -10,9 +10,11 @@
 # 2. 从 lifecycle log 画出每个请求的时间线（timeline），看懂 prefill-first 调度下 decode 为什么会"停顿"。
 # 3. 把 TTFT 拆成三段：**queue**（排队）+ **schedule**（调度开销）+ **prefill**（前向计算、采样、后处理），并验证三段之和正好等于 TTFT。
 # 4. 看 chat template 如何把一句很短的话变成长得多的 prompt。
+# 5. 量出 prefill（compute-bound）和 decode（memory-bound）每一步的时间怎样随 token 数、batch 变化。
+# 6. 用真实运行验证 T_e2e = TTFT + (N_out − 1)·TPOT + T_stream，看流式返回如何扣住被拆开的汉字。
 
 # %% [markdown instructor]
-# **教师注释**（学生版不含）· 共约 60 分钟，对应第 3 讲
+# **教师注释**（学生版不含）· 共约 75 分钟，对应第 3 讲
 #
 # | 节 | 分钟 | 预期数字（tiny model，2 核 CPU） |
 # | --- | --- | --- |
@@ -20,6 +22,8 @@
 # | 2. 时间线 | 15 | stalled 8 步、preempted 157 步（确定） |
 # | 3. TTFT 分解 | 10 | 三段之和 = TTFT（断言，误差 < 1 µs）；毫秒数随机器变 |
 # | 4. chat template | 5 | token 数严格递增（断言） |
+# | 5. prefill vs decode | 10 | 16 倍 token：prefill 步的时间涨得比 decode 步多（断言）；具体倍数随机器变 |
+# | 6. 端到端公式与流式返回 | 5 | 四项之和 = 客户端 e2e（断言）；"好" 被拆成 3 个 token，扣住 2 次（确定） |
 # | 课堂练习 + 第 3 讲练习 | 20 | TTFT 总和中 queue 占 93%–94%、prefill 6%–7%（2 次运行）；多算的 prefill token 304（确定） |
 #
 # 第 3 讲的练习一到三先让学生在纸上画时序图，再运行答案格子对照五个节点的 step。
@@ -257,6 +261,112 @@ assert lengths["raw text"] < lengths["user only"] < lengths["system + user"] < l
 # 一句只有几个 token 的问题，加上 system prompt 和一轮历史以后变成几十个 token：
 # prefill 的工作量、TTFT 和 KV cache 占用都跟着涨。这正是 Tutorial 05（prefix caching）要解决的问题：
 # 多轮对话里，历史部分每一轮都一样，没必要每轮都重算。
+
+# %% [markdown]
+# ## 5. Prefill 是 compute-bound，decode 是 memory-bound：在这台机器上量
+#
+# 讲义说 prefill "计算密集"、decode "显存带宽敏感"。不用猜，量每一步的时间：
+#
+# - prefill：一个请求，prompt 从 16 到 1024 个 token，量 prefill 那一步；
+# - decode：batch 里 1 到 16 个请求，量 decode 步。
+#
+# 每个点取 3 次的中位数。如果 prefill 是 compute-bound，它的时间应该随 token 数近似线性增长；
+# 如果 decode 受 "每一步都要把全部权重读一遍"（以及固定开销）限制，它的时间几乎不随 batch 增长：每个 token 的成本随 batch 下降。
+
+# %%
+import numpy as np
+
+
+def timed_steps(prompt_lens, max_tokens, decode_steps=0):
+    """Median wall time of the prefill step and of the next `decode_steps` decode steps."""
+    engine = LLM(MODEL, device="auto", enable_prefix_caching=False, max_num_seqs=64,
+                 max_num_batched_tokens=max(4096, sum(prompt_lens)))
+    sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    for n in prompt_lens:
+        engine.add_request([(7 * i + n) % (vocab - 3) for i in range(n)], sp)
+    times = []
+    for _ in range(1 + decode_steps):
+        t = time.perf_counter()
+        engine.step()
+        times.append(time.perf_counter() - t)
+    return times[0], float(np.median(times[1:])) if decode_steps else None
+
+
+timed_steps([16], 2, 1)                                       # warm-up
+PREFILL_TOKENS, DECODE_BATCH = [16, 64, 256, 1024], [1, 2, 4, 8, 16]
+prefill_s = {n: float(np.median([timed_steps([n], 1)[0] for _ in range(3)])) for n in PREFILL_TOKENS}
+decode_s = {b: float(np.median([timed_steps([16] * b, 8, 5)[1] for _ in range(3)])) for b in DECODE_BATCH}
+for n, t in prefill_s.items():
+    print(f"prefill {n:5d} tokens: {t * 1e3:7.2f} ms/step  {t / n * 1e6:7.1f} us/token")
+for b, t in decode_s.items():
+    print(f"decode batch {b:3d}: {t * 1e3:7.2f} ms/step  {t / b * 1e6:7.1f} us/token")
+
+fig, ax = plt.subplots(figsize=(7, 3.4))
+ax.loglog(PREFILL_TOKENS, [prefill_s[n] / n * 1e6 for n in PREFILL_TOKENS], "o-", color="#d62728", label="prefill (1 request)")
+ax.loglog(DECODE_BATCH, [decode_s[b] / b * 1e6 for b in DECODE_BATCH], "s-", color="#1f77b4", label="decode (batch)")
+ax.set(xlabel="tokens computed in the step", ylabel="us per token", title=f"cost per token ({llm.config.device})")
+ax.legend()
+plt.tight_layout()
+plt.show()
+
+prefill_growth = prefill_s[1024] / prefill_s[64]          # 16x tokens
+decode_growth = decode_s[16] / decode_s[1]                # 16x tokens
+print(f"16x tokens: prefill step {prefill_growth:.1f}x longer, decode step {decode_growth:.1f}x longer")
+assert prefill_growth > 2 * decode_growth, "prefill time follows the tokens; decode time barely follows the batch"
+
+# %% [markdown]
+# 读图（上一格的断言保证）：decode 每个 token 的成本随 batch 变大而下降得快 —— 一步的时间主要是把权重读一遍和固定开销，
+# 多几个请求几乎不要钱，所以 decode 要靠 **batching** 提高效率（Tutorial 03）。prefill 一步里 token 已经很多，
+# 时间随 token 数增长，再加 token 就是再加计算 —— 所以长 prompt 的 prefill 会把同一步里所有 decode 请求拖住（Tutorial 02 第 2 节的 stalled，
+# Tutorial 07 的 chunked prefill）。tiny model 在 CPU 上数字很小，形状和 GPU 上的大模型一样；有 GPU 时同一格会在 GPU 上量。
+
+# %% [markdown]
+# ## 6. 端到端：T_e2e = TTFT + (N_out − 1)·TPOT + T_stream，和流式返回
+#
+# 第 1 讲的公式，用 `LLM.stream` 在 **客户端** 量一次：
+#
+# - TTFT：从调用 `stream` 到 `FIRST_TOKEN`（log）；TPOT：`FIRST_TOKEN` 到最后一个 token 的平均间隔（log）；
+# - T_stream：最后一个 token 采样出来之后，到客户端拿到最后一段文字为止（detokenize + 交给调用者）。
+#
+# 流式返回还有一个细节：byte-level tokenizer 会把一个汉字拆成几个 token，只收到一部分时解码出来是 `�`，
+# `LLM.stream` 会把这一段 **扣住**，等字凑齐再发。
+
+# %%
+from reference.detokenizer import IncrementalDetokenizer
+
+text = "你好，KV cache"
+ids = tok.encode(text, add_special_tokens=False)
+detok = IncrementalDetokenizer(tok)
+deltas = [detok.push([t], finished=(k == len(ids) - 1)) for k, t in enumerate(ids)]
+for t, d in zip(ids, deltas):
+    print(f"token {t:5d} -> {tok.decode([t])!r:8} sent {d!r}")
+assert "".join(deltas) == text and not any("\ufffd" in d for d in deltas)
+assert "" in deltas, "a split character is held back at least once"
+
+# %%
+stream_llm = LLM(MODEL, device="auto")
+t_send = time.perf_counter()
+chunks = []
+for chunk in stream_llm.stream([[5, 6, 7, 8] * 8], SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)):
+    chunks.append((time.perf_counter(), chunk))
+t_last = chunks[-1][0]
+evs = [e for e in stream_llm.log.events if e["seq_id"] is not None]
+tokens = [e for e in evs if e["event"] in ("FIRST_TOKEN", "TOKEN")]
+n_out = len(tokens)
+ttft = tokens[0]["time"] - t_send
+tpot = (tokens[-1]["time"] - tokens[0]["time"]) / (n_out - 1)
+t_stream = t_last - tokens[-1]["time"]
+e2e = t_last - t_send
+print(f"TTFT {ttft * 1e3:.2f} ms + ({n_out} - 1) x TPOT {tpot * 1e3:.2f} ms + T_stream {t_stream * 1e3:.3f} ms "
+      f"= {(ttft + (n_out - 1) * tpot + t_stream) * 1e3:.2f} ms; measured e2e {e2e * 1e3:.2f} ms")
+print(f"{len(chunks)} chunks, text {sum(len(c.text) for _, c in chunks)} characters, "
+      f"{sum(1 for _, c in chunks if c.text == '')} chunks held back")
+assert abs(ttft + (n_out - 1) * tpot + t_stream - e2e) < 1e-9
+streamed = "".join(c.text for _, c in chunks)
+token_ids = [t for _, c in chunks for t in c.token_ids]
+assert t_stream >= 0 and streamed == tok.decode(token_ids, skip_special_tokens=True)
+# tiny model 的输出是随机 token，其中有的字节本身就不是合法 UTF-8，最后解码出来也是 �；
+# 扣住的只是 "还可能被后面的 token 补全" 的尾巴，所以拼起来的文字和一次解码全部 token 完全相同。
 
 # %% [markdown]
 # ## 课堂练习

@@ -10,6 +10,17 @@
 # 2. 在多轮对话里测量 prefix cache 的命中：每一轮有多少 prompt token 不用重算，hit rate 是多少，prefill 的计算量省了多少。
 # 3. 看清几条规则：只有算完 K/V 的满 block 才能被共享；同一步里一起 prefill 的请求互相命中不了；最后一个 prompt token 永远要重算。
 
+# %% [markdown instructor]
+# **教师注释**（学生版不含）· 共约 45 分钟
+#
+# | 节 | 分钟 | 预期数字（tiny model，2 核 CPU） |
+# | --- | --- | --- |
+# | 1. Hash chain | 10 | 确定（断言） |
+# | 2. 多轮对话命中率 | 10 | 每一轮的命中 token 数是确定的（断言） |
+# | 3. 共享 system prompt | 10 | 同一步里互相命中不了（断言） |
+# | 4. cache 还在 | 5 | 确定（断言） |
+# | 课堂练习 | 10 | 见答案格子里的断言 |
+
 # %%
 import os
 

@@ -12,7 +12,7 @@
 # 3. 可观测性的三件套：**log**（发生了什么）、**metrics**（多快、多少）、**trace**（时间花在哪里），都建立在引擎的 lifecycle log 和方法包装之上。
 
 # %% [markdown instructor]
-# **教师注释**（学生版不含）· 共约 60 分钟，对应第 7 讲
+# **教师注释**（学生版不含）· 共约 70 分钟，对应第 7 讲
 #
 # | 节 | 分钟 | 预期数字（tiny model，2 核 CPU） |
 # | --- | --- | --- |
@@ -20,6 +20,7 @@
 # | 2. 调用链 | 15 | 四条调用链都在（断言） |
 # | 3. 时间花在哪个平面 | 10 | model forward 约占 step 的 80%，每步 Scheduler.schedule 0.2–0.4 ms、ModelRunner.run 5–10 ms（3 次运行，随机器和负载变） |
 # | 4. log / metrics / trace | 10 | 在线 p50 = 离线 p50（断言） |
+# | 5. 三条路径 | 10 | 调用关系是确定的（断言：tokenizer 在调度之前，KV 分配 / 回收由调度器发起） |
 # | 课堂练习 + 第 7 讲练习 | 15 | prefill / decode 步的 forward 占比：3 次运行里 2 次四分位区间重叠（打印"no difference"），1 次不重叠、decode 步 control plane 比例更高。让学生读打印的判断，不要从一次运行的 1–3 个百分点下结论 |
 #
 # 练习一的五个角色让学生先在代码里找，再运行答案格子看调用次数。
@@ -389,6 +390,82 @@ fig.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c) for c in palette.values
            fontsize=8, ncols=6, loc="lower center")
 plt.tight_layout(rect=(0, 0.1, 1, 1))
 plt.show()
+
+# %% [markdown]
+# ## 5. 三条路径：请求、状态、观测（从第 2 节的调用树生成）
+#
+# 第 7 讲要求架构图同时画出 **请求路径**、**状态路径** 和 **观测路径**。不用手画：第 2 节的 `calls` 记下了一次 `generate`
+# 里每个调用和它的深度，由此能还原 "谁调用了谁"。下面按第一次被调用的顺序把三条路径画出来，
+# 并核对讲义的两个摆放：tokenizer 在请求路径上、调度之前；KV 的分配和回收由调度器（control plane）发起，不在 `ModelRunner` 里。
+
+# %%
+def call_edges(calls):
+    """{(caller, callee)} and {name: index of its first call}, from the (depth, name) list."""
+    stack, edges, first = [], set(), {}
+    for i, (depth, name) in enumerate(calls):
+        del stack[depth:]
+        if stack:
+            edges.add((stack[-1], name))
+        stack.append(name)
+        first.setdefault(name, i)
+    return edges, first
+
+
+def ancestors(name, edges):
+    """Every function on some call path above `name`."""
+    found, todo = set(), [name]
+    while todo:
+        current = todo.pop()
+        for caller, callee in edges:
+            if callee == current and caller not in found:
+                found.add(caller)
+                todo.append(caller)
+    return found
+
+
+edges, first = call_edges(calls)
+PATHS = {
+    "request path": ["LLM.generate", "LLMEngine.tokenize", "LLMEngine.enqueue", "LLMEngine.step",
+                     "Scheduler.schedule", "ModelRunner.run", "LLMEngine.postprocess"],
+    "state path": ["Scheduler.add", "BlockManager.can_allocate", "BlockManager.allocate", "Scheduler.finish",
+                   "BlockManager.deallocate"],
+    "observation path": sorted({a for a, b in edges if b == "LifecycleLog.emit"}, key=first.get),
+}
+fig, ax = plt.subplots(figsize=(13, 2.8))
+GAP = 2.3
+for lane, (path, names) in enumerate(PATHS.items()):
+    names = sorted(names, key=first.get)
+    y = 2 - lane
+    ax.text(-1.3, y, path, ha="right", va="center", fontsize=9, fontweight="bold")
+    for j, name in enumerate(names):
+        ax.text(j * GAP, y, name, ha="center", va="center", fontsize=8,
+                bbox=dict(boxstyle="round", fc=["#fde0dd", "#deebf7", "#e5f5e0"][lane]))
+        if j:
+            ax.annotate("", xy=(j * GAP - 1.05, y), xytext=((j - 1) * GAP + 1.05, y), arrowprops=dict(arrowstyle="->"))
+ax.set(xlim=(-4.2, 6 * GAP + 1.3), ylim=(-0.6, 2.6))
+ax.axis("off")
+ax.set_title("three paths of one generate(), in first-call order (from sys.setprofile)")
+plt.tight_layout()
+plt.show()
+for path, names in PATHS.items():
+    print(f"{path:17}", " -> ".join(sorted(names, key=first.get)))
+
+# 讲义的摆放，用调用关系核对
+assert ("LLM._submit", "LLMEngine.tokenize") in edges and first["LLMEngine.tokenize"] < first["Scheduler.schedule"]
+assert "Scheduler.schedule" in ancestors("BlockManager.allocate", edges)
+assert "ModelRunner.run" not in ancestors("BlockManager.allocate", edges) | ancestors("BlockManager.deallocate", edges)
+emitters = {a.split(".")[0] for a in PATHS["observation path"]}
+assert {"LLMEngine", "Scheduler"} <= emitters, emitters
+
+# %% [markdown]
+# 和讲义对一对（上一格的断言保证）：
+#
+# - **tokenizer** 在请求路径的最前面（`LLM._submit → LLMEngine.tokenize`），早于第一次 `Scheduler.schedule`：它在 CPU 上、在 control plane 这一侧，
+#   不占 GPU 的 step 时间；真实服务里它常常放在 API server 进程里。
+# - **KV 分配 / 回收** 由 `Scheduler`（`_schedule_prefill → BlockManager.allocate`，`finish → BlockManager.deallocate`）发起：
+#   决定 "给谁 block" 的是控制面；`ModelRunner` 只按 block table 读写 `kv_cache`（数据面）。
+# - **观测点** 分布在引擎和调度器两处（`LifecycleLog.emit` 的调用者）：请求进入、调度决定、token 产出、结束各记一条 —— 观测路径贯穿两个平面，
+#   这就是讲义说日志 "属于架构" 的原因。
 
 # %% [markdown]
 # ## 课堂练习

@@ -13,6 +13,18 @@
 # 4. 用 Hugging Face `transformers` 的稠密实现当 oracle，验证分页执行路径算出的 token 完全一样。
 # 5. 有 GPU 时：看 CUDA graphs 和 Triton kernel 带来的差别；没有 GPU 时，知道那里会跑什么。
 
+# %% [markdown instructor]
+# **教师注释**（学生版不含）· 共约 60 分钟
+#
+# | 节 | 分钟 | 预期数字（tiny model，2 核 CPU） |
+# | --- | --- | --- |
+# | 1. 输入张量 | 15 | `slot_mapping`、`block_tables` 是确定的（断言） |
+# | 2. kv_cache 的内容 | 10 | 确定（断言） |
+# | 3. cu_seqlens_q ≠ cu_seqlens_k | 10 | 确定（断言） |
+# | 4. 对照稠密实现 | 5 | tiny model fp32 下 token 完全相同（断言） |
+# | 5. GPU | 10 | 只在有 GPU 时运行；CPU 上跳过 |
+# | 课堂练习 | 10 | 见答案格子里的断言 |
+
 # %%
 import os
 
