@@ -33,7 +33,8 @@ from courseware.release import make_release
 from grading import RESULT_FORMAT
 from grading.execute import Fence, Runner, clear
 from grading.golden import cuda_available, golden_sha256, grading_golden, model_dir
-from grading.harness import build_harness, digest
+from grading.harness import build_harness, digest, harness_package
+from grading.locate import in_student_terms
 from grading.items import ItemContext, grade_item
 from grading.results import ItemResult, device_description, package_versions, read_result, write_json_atomic
 from grading.rubric import Rubric, load_rubric
@@ -160,8 +161,12 @@ def grade_submission(sub: Submission, shared: Shared, runner: Runner) -> dict[st
         clear(work)
     blocked = sum(i.points for i in items if i.status == "blocked")
     score = sum(i.score for i in items)
+    with _PARSE_LOCK:
+        files = harness_package(lab, shared.tree, extraction.bodies, extraction.additions)
     for item in items:
         item.flags = list(dict.fromkeys(item.flags))            # one refusal repeated per test is one flag
+        item.message = in_student_terms(item.message, files, sub.package)
+        item.details = [in_student_terms(line, files, sub.package) for line in item.details]
         flags += [f"{item.id}: {flag}" for flag in item.flags]
     return {
         "format": RESULT_FORMAT,

@@ -101,11 +101,14 @@ class ItemVerdict:
 
 
 def _error_gist(error: str | None) -> str:
+    """The exception, and where in the engine's code it was raised (the grader maps that to the student's line)."""
     if not error:
         return ""
     lines = [line.strip() for line in error.splitlines() if line.strip()]
     e_lines = [line[1:].strip() for line in lines if line.startswith("E ")]
-    return (e_lines or lines[-1:] or [""])[-1][:300]
+    gist = (e_lines or lines[-1:] or [""])[-1][:300]
+    frames = [line for line in lines if line.startswith("student_exercises/") and " in " in line]
+    return f"{gist} at {frames[-1]}" if frames else gist
 
 
 def explain_log(expected: list[str], got: list[str]) -> list[str]:

@@ -306,3 +306,29 @@ def test_landlock_roots_cut_out_the_secret_folder_and_nothing_else(tmp_path):
     full, list_only = split_around([str(harness), str(other)], [str(harness / "hidden")])
     assert sorted(full) == sorted([str(other), str(harness / "conftest.py"), str(harness / "student_exercises")])
     assert sorted(list_only) == sorted([str(harness), str(harness / "hidden")])
+
+
+def test_an_error_location_is_given_in_the_students_own_file(tmp_path, tree):
+    """The harness's line of a failing region body maps to the region and the line of the student's file."""
+    from grading.harness import harness_package
+    from grading.judge import _error_gist
+    from grading.locate import in_student_terms
+    path = "engine/block_manager.py"
+
+    def edit(files):
+        text = files[path]
+        # the student's file: four blank lines on top (so its numbering differs), and a body that fails
+        stub = '        raise NotImplementedError("lab2.can_append")\n'
+        files[path] = "\n\n\n\n" + text.replace(stub, "        x = 1\n        return 1 / 0\n", 1)
+
+    package = _student_tree(tmp_path, tree, edit)
+    out = extract(package, tree, "lab2")
+    files = harness_package("lab2", tree, out.bodies, out.additions)
+    harness_line = next(i for i, line in enumerate(files[path].splitlines(), 1) if "return 1 / 0" in line)
+    student_line = next(i for i, line in enumerate((package / path).read_text().splitlines(), 1)
+                        if "return 1 / 0" in line)
+    assert harness_line != student_line
+    error = f"  student_exercises/{path}:{harness_line} in can_append\nE   ZeroDivisionError: division by zero"
+    gist = _error_gist(error)
+    told = in_student_terms(gist, files, package)
+    assert "ZeroDivisionError" in told and f"{path}:{student_line} (your line, in region lab2.can_append)" in told, told
