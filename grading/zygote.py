@@ -111,6 +111,7 @@ def child(request: dict) -> None:
         sys.path[:0] = list(request.get("path") or [])
         os.environ.clear()
         os.environ.update(request["env"])
+        reread_import_time_settings()
         import tempfile
         tempfile.tempdir = None          # the zygote's cached /tmp would outlive its environment: use TMPDIR (scratch)
         if request["mode"] == "pytest":
@@ -137,6 +138,21 @@ def child(request: dict) -> None:
         except Exception:  # noqa: BLE001
             pass
         os._exit(code)
+
+
+def reread_import_time_settings() -> None:
+    """Settings a library read once, at import, from the zygote's environment: read them from the child's.
+
+    torch's inductor decides its number of compile workers when its config is
+    imported. If that happened in the zygote, a GPU item's
+    `TORCHINDUCTOR_COMPILE_THREADS=1` (grading.execute.child_env) would be
+    ignored, inductor would start its worker pool, and the fence would refuse
+    it: the item fails although a fresh process would pass.
+    """
+    config = sys.modules.get("torch._inductor.config")
+    threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+    if config is not None and threads is not None:
+        config.compile_threads = int(threads)
 
 
 def reply(message: dict) -> None:
