@@ -96,6 +96,9 @@ def _owned_by_us_only(folder: Path) -> bool:
 def gpu_programs() -> tuple[str, ...]:
     """What Triton and torch.compile start when they compile on a GPU: Triton's ptxas (and tools), C/C++ compilers.
 
+    nvcc too where it is installed: inductor runs `nvcc --version` for the
+    comment of every graph it compiles (where nvcc is missing it carries on).
+
     The price: a graded process on a GPU machine may run these compilers
     (under Landlock they inherit the fence: they read only the allowed roots
     and write only to scratch). Without them no Triton kernel, the student's
@@ -106,7 +109,8 @@ def gpu_programs() -> tuple[str, ...]:
     if spec is not None and spec.origin:
         tools = Path(spec.origin).parent / "backends" / "nvidia" / "bin"
         found += [str(p) for p in sorted(tools.glob("*")) if p.is_file()]
-    found += [path for path in (shutil.which(name) for name in ("cc", "gcc", "clang", "c++", "g++", "clang++")) if path]
+    found += [path for path in (shutil.which(name) for name in ("cc", "gcc", "clang", "c++", "g++", "clang++", "nvcc"))
+              if path]
     return tuple(dict.fromkeys(found))
 
 

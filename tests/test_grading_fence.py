@@ -70,7 +70,9 @@ def test_every_course_package_but_the_harness_one_is_unimportable():
 
 
 def test_only_the_programs_a_gpu_policy_allows_may_be_started(tmp_path):
-    """On GPU machines Triton's compilers may run (Policy.programs); any other program, or a bare name, is refused."""
+    """On GPU machines Triton's compilers may run (Policy.programs), by path or by a name PATH resolves to them;
+    any other program is refused, and one that does not exist fails as it would unfenced (FileNotFoundError,
+    which libraries that probe for optional tools expect), with nothing flagged."""
     import shutil
     import sys
     from grading.paths import PAYLOAD
@@ -81,16 +83,19 @@ sys.path.insert(0, {str(PAYLOAD)!r})
 from _inferlab_sandbox import Policy, install
 install(Policy({str(tmp_path)!r}, [], [], [], programs=[{allowed!r}]))
 print("allowed", subprocess.run([{allowed!r}]).returncode)
-for argv in ([{other!r}, "x"], ["true"]):
+for argv in ([{other!r}, "x"], ["true"], ["inferlab-no-such-program", "--version"]):
     try:
         subprocess.run(argv)
         print("started", argv[0])
+    except FileNotFoundError:
+        print("missing", argv[0])
     except PermissionError:
         print("refused", argv[0])
 """
     out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
-    assert out.stdout.split("\n")[:3] == ["allowed 0", f"refused {other}", "refused true"], out.stdout + out.stderr
-    assert "INFERLAB-SANDBOX-DENIED subprocess.Popen" in out.stderr
+    assert out.stdout.split("\n")[:4] == ["allowed 0", f"refused {other}", "started true",
+                                          "missing inferlab-no-such-program"], out.stdout + out.stderr
+    assert out.stderr.count("INFERLAB-SANDBOX-DENIED subprocess.Popen") == 1, out.stderr
 
 
 def test_a_gpu_fence_names_the_compilers_and_a_cpu_fence_nothing(tmp_path):
@@ -99,3 +104,5 @@ def test_a_gpu_fence_names_the_compilers_and_a_cpu_fence_nothing(tmp_path):
     assert cpu.programs == () and cpu.devices == ()
     compiler = shutil.which("cc") or shutil.which("gcc")
     assert compiler is None or compiler in gpu.programs
+    nvcc = shutil.which("nvcc")
+    assert nvcc is None or nvcc in gpu.programs

@@ -155,7 +155,9 @@ def _install_hook(policy: Policy) -> None:
     secret = list(policy.secret)
     in_scratch = [scratch]
     forbidden, mutating, listing = _FORBIDDEN, _MUTATING, _LISTING
-    programs, spawning, isabs = policy.programs, _SPAWNING, os.path.isabs
+    programs, spawning = policy.programs, _SPAWNING
+    isfile, executable_mode, environ, pathsep = os.path.isfile, os.X_OK, os.environ, os.pathsep
+    access = os.access
     write_flags = _WRITE_FLAGS
     proc_prefix = "/proc/"
     own_proc = (f"/proc/{pid}", "/proc/self", "/proc/thread-self")
@@ -193,15 +195,43 @@ def _install_hook(policy: Policy) -> None:
             return
         deny(event, full)
 
-    def allowed_program(args: tuple) -> bool:
-        """subprocess.Popen(executable, args, ...) / os.posix_spawn(path, argv, ...): one of the allowed ones?"""
-        executable = args[0] if args else None
-        if executable is None and len(args) > 1 and isinstance(args[1], (list, tuple)) and args[1]:
-            executable = args[1][0]
-        if not isinstance(executable, (str, bytes)) and not hasattr(executable, "__fspath__"):
-            return False
-        text = fsdecode(fspath(executable))
-        return isabs(text) and realpath(text) in programs
+    def locate(event: str, args: tuple) -> str | None:
+        """The program a spawn event would run (resolved as the OS would), or None where there is none.
+
+        Popen(executable, args, cwd, env) and posix_spawn[p](path, argv, env):
+        a bare name is looked up on PATH (the child's env if given), a path
+        relative to cwd. A program that does not exist is answered with the
+        FileNotFoundError the spawn itself would raise, not a refusal, because
+        libraries probe for optional tools that way (torch's inductor asks for
+        `nvcc --version` and carries on without it): nothing would have run.
+        """
+        name = args[0] if args else None
+        if name is None and len(args) > 1 and isinstance(args[1], (list, tuple)) and args[1]:
+            name = args[1][0]
+        if not isinstance(name, (str, bytes)) and not hasattr(name, "__fspath__"):
+            return None
+        text = fsdecode(fspath(name))
+        if sep in text:
+            cwd = args[2] if event == "subprocess.Popen" and len(args) > 2 and args[2] is not None else None
+            candidates = [join(fsdecode(fspath(cwd)), text) if cwd is not None else join(getcwd(), text)]
+        else:
+            env = args[-1] if event != "subprocess.Popen" else (args[3] if len(args) > 3 else None)
+            search = env.get("PATH", env.get(b"PATH")) if isinstance(env, dict) else None
+            search = fsdecode(search) if search is not None else environ.get("PATH", "")
+            candidates = [join(folder or ".", text) for folder in search.split(pathsep)]
+        for candidate in candidates:
+            if isfile(candidate) and access(candidate, executable_mode):
+                return realpath(candidate)
+        return None
+
+    def check_spawn(event: str, args: tuple) -> None:
+        """Allow exactly the policy's programs; a program that does not exist fails as it would unfenced."""
+        target = locate(event, args)
+        if target is None:
+            raise FileNotFoundError(2, "No such file or directory (inferlab grader: no such program)",
+                                    repr(args[:1])[:200])
+        if target not in programs:
+            deny(event, repr(args)[:200])
 
     def hook(event: str, args: tuple) -> None:
         if event == "open":
@@ -222,8 +252,8 @@ def _install_hook(policy: Policy) -> None:
             name = args[0] if args else ""
             if isinstance(name, str) and name.split(".", 1)[0] in modules:
                 deny(event, name)
-        elif event in spawning and programs and allowed_program(args):
-            return
+        elif event in spawning:
+            check_spawn(event, args)
         elif event in forbidden:
             deny(event, repr(args)[:200])
         elif event == "os.chdir":
