@@ -33,7 +33,7 @@ from courseware.release import make_release
 from grading import RESULT_FORMAT
 from grading.execute import Fence, Runner, clear
 from grading.golden import cuda_available, golden_sha256, grading_golden, model_dir
-from grading.harness import build_harness, digest, harness_package
+from grading.harness import build_harness, digest, harness_package, write_harness
 from grading.locate import in_student_terms
 from grading.items import ItemContext, grade_item
 from grading.results import ItemResult, device_description, package_versions, read_result, write_json_atomic
@@ -131,11 +131,12 @@ def grade_submission(sub: Submission, shared: Shared, runner: Runner) -> dict[st
     work = shared.options.out / WORK / sub.student_id
     clear(work)
     lab = shared.options.lab
+    with _PARSE_LOCK:
+        files = harness_package(lab, shared.tree, extraction.bodies, extraction.additions)
 
     def fresh_harness():
         target = work / f"harness-{time.monotonic_ns()}"
-        with _PARSE_LOCK:
-            build_harness(target, lab, shared.tree, extraction.bodies, extraction.additions)
+        write_harness(target, lab, files)
         return target, digest(target)
 
     harness, harness_digest = fresh_harness()
@@ -161,8 +162,6 @@ def grade_submission(sub: Submission, shared: Shared, runner: Runner) -> dict[st
         clear(work)
     blocked = sum(i.points for i in items if i.status == "blocked")
     score = sum(i.score for i in items)
-    with _PARSE_LOCK:
-        files = harness_package(lab, shared.tree, extraction.bodies, extraction.additions)
     for item in items:
         item.flags = list(dict.fromkeys(item.flags))            # one refusal repeated per test is one flag
         item.message = in_student_terms(item.message, files, sub.package)

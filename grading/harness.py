@@ -62,8 +62,13 @@ def build_harness(dest: Path, lab: str, tree: ReferenceTree, bodies: Mapping[str
     `additions` (module path -> definitions the student added outside the
     regions) are inserted into those modules, as the student placed them.
     """
+    return write_harness(dest, lab, harness_package(lab, tree, bodies, additions))
+
+
+def write_harness(dest: Path, lab: str, package: Mapping[str, str]) -> Path:
+    """Write a harness whose `student_exercises/` holds `package` (from `harness_package`) into `dest`."""
     dest.mkdir(parents=True)
-    write_package(harness_package(lab, tree, bodies, additions), dest / PACKAGE)
+    write_package(package, dest / PACKAGE)
     for path in payload_files():
         shutil.copyfile(path, dest / path.name)
     tests = dest / "hidden" / lab
