@@ -94,7 +94,7 @@ def _owned_by_us_only(folder: Path) -> bool:
 
 
 def gpu_programs() -> tuple[str, ...]:
-    """What Triton and torch.compile start when they compile on a GPU: Triton's ptxas (and tools), C/C++ compilers.
+    """What Triton and torch.compile start when they compile on a GPU: Triton's and torch's ptxas, C/C++ compilers.
 
     nvcc too where it is installed: inductor runs `nvcc --version` for the
     comment of every graph it compiles (where nvcc is missing it carries on).
@@ -109,6 +109,9 @@ def gpu_programs() -> tuple[str, ...]:
     if spec is not None and spec.origin:
         tools = Path(spec.origin).parent / "backends" / "nvidia" / "bin"
         found += [str(p) for p in sorted(tools.glob("*")) if p.is_file()]
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.origin:          # inductor points Triton at the ptxas torch ships, where it has one
+        found += [str(p) for p in sorted((Path(spec.origin).parent / "bin").glob("ptxas*")) if p.is_file()]
     found += [path for path in (shutil.which(name) for name in ("cc", "gcc", "clang", "c++", "g++", "clang++", "nvcc"))
               if path]
     return tuple(dict.fromkeys(found))

@@ -106,3 +106,35 @@ def test_a_gpu_fence_names_the_compilers_and_a_cpu_fence_nothing(tmp_path):
     assert compiler is None or compiler in gpu.programs
     nvcc = shutil.which("nvcc")
     assert nvcc is None or nvcc in gpu.programs
+
+
+def test_paths_relative_to_a_directory_descriptor_are_judged_where_they_point(tmp_path):
+    """shutil.rmtree (Triton's temp-folder clean-up) unlinks entries relative to a folder's descriptor: inside
+    scratch that is allowed and flags nothing; the same call aimed at the harness is refused."""
+    import sys
+    from grading.paths import PAYLOAD
+    scratch, readable = tmp_path / "scratch", tmp_path / "harness"
+    (scratch / "tmp" / "build" / "sub").mkdir(parents=True)
+    for name in ("tmp/build/__triton_launcher.c", "tmp/build/sub/x.so"):
+        (scratch / name).write_text("x")
+    readable.mkdir()
+    (readable / "kept.py").write_text("")
+    script = f"""
+import os, shutil, sys
+sys.path.insert(0, {str(PAYLOAD)!r})
+from _inferlab_sandbox import Policy, install
+install(Policy({str(scratch)!r}, [{str(readable)!r}], [], []))
+os.chdir({str(readable)!r})
+shutil.rmtree({str(scratch / "tmp" / "build")!r})
+print("rmtree", os.path.exists({str(scratch / "tmp" / "build")!r}))
+fd = os.open({str(readable)!r}, os.O_RDONLY)
+try:
+    os.unlink("kept.py", dir_fd=fd)
+    print("removed")
+except PermissionError:
+    print("refused")
+"""
+    out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split("\n")[:2] == ["rmtree False", "refused"], out.stdout + out.stderr
+    assert (readable / "kept.py").exists()
+    assert out.stderr.count("INFERLAB-SANDBOX-DENIED") == 1, out.stderr

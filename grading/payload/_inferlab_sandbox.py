@@ -50,6 +50,10 @@ _FORBIDDEN = frozenset({
 })
 # Process starts an allowed program (Policy.programs) may make; all others stay forbidden.
 _SPAWNING = frozenset({"subprocess.Popen", "os.posix_spawn", "os.posix_spawnp"})
+# Where a mutating event carries the dir_fd its relative path(s) are taken from (CPython's audit arguments):
+# position of the first path's dir_fd, then of the second path's.
+_DIR_FD_ARGS = {"os.remove": (1,), "os.rmdir": (1,), "os.mkdir": (2,), "os.chmod": (2,), "os.chown": (3,),
+                "os.utime": (3,), "os.rename": (2, 3), "os.mkfifo": (2,), "os.mknod": (3,)}
 # Events whose first argument is a path that may only be changed inside scratch.
 _MUTATING = frozenset({"os.remove", "os.rmdir", "os.rename", "os.truncate", "os.chmod", "os.chown", "os.utime",
                        "os.mkdir", "os.chflags", "os.lchflags", "os.mkfifo", "os.mknod", "shutil.rmtree",
@@ -158,7 +162,7 @@ def _install_hook(policy: Policy) -> None:
     programs, spawning = policy.programs, _SPAWNING
     isfile, executable_mode, environ, pathsep = os.path.isfile, os.X_OK, os.environ, os.pathsep
     access = os.access
-    write_flags = _WRITE_FLAGS
+    write_flags, dir_fds, readlink = _WRITE_FLAGS, _DIR_FD_ARGS, os.readlink
     proc_prefix = "/proc/"
     own_proc = (f"/proc/{pid}", "/proc/self", "/proc/thread-self")
 
@@ -170,12 +174,19 @@ def _install_hook(policy: Policy) -> None:
             pass
         raise PermissionError(f"inferlab grader: {event} {detail[:200]} is not allowed while grading")
 
-    def resolve(event: str, path) -> str | None:
+    def resolve(event: str, path, dir_fd=None) -> str | None:
+        """The absolute path an event touches: relative to `dir_fd` where the call passed one, else to cwd."""
         if isinstance(path, int) or path is None:
             return None                                      # an open descriptor: checked when it was opened
         text = fsdecode(fspath(path))
         if not text.startswith(sep) and pardir in text.split(sep):
             deny(event, text)                                # could be relative to a hidden directory's fd
+        if isinstance(dir_fd, int) and not text.startswith(sep):
+            try:
+                base = readlink(f"/proc/self/fd/{dir_fd}")  # shutil.rmtree removes a folder's entries this way
+            except OSError:
+                deny(event, f"{text} (relative to descriptor {dir_fd})")
+            return realpath(join(base, text))
         return realpath(join(getcwd(), text))
 
     def check_read(event: str, full: str) -> None:
@@ -262,9 +273,11 @@ def _install_hook(policy: Policy) -> None:
             if full is not None and not (_within(full, in_scratch) or _within(full, readable)):
                 deny(event, full)
         elif event in mutating:
-            for arg in args[:2]:
+            for position, arg in enumerate(args[:2]):
                 if isinstance(arg, (str, bytes)) or hasattr(arg, "__fspath__"):
-                    full = resolve(event, arg)
+                    where = dir_fds.get(event, ())
+                    fd = args[where[position]] if position < len(where) and where[position] < len(args) else None
+                    full = resolve(event, arg, fd)
                     if full is not None:
                         check_write(event, full)
         elif event in listing:
