@@ -6,6 +6,7 @@ rubric's selections are checked against that collection.
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shutil
@@ -168,3 +169,15 @@ def test_hidden_tests_and_golden_outputs_never_reach_a_student_release(tmp_path)
     texts = "".join(p.read_text(errors="replace") for p in out.rglob("*.py"))
     assert "test_scale_200_requests_tight_pool" not in texts
     shutil.rmtree(out)
+
+
+def test_the_fingerprint_reads_code_not_comments_and_not_a_version_specific_dump():
+    """Golden outputs built on a GPU machine's Python must match the CPU ones: the fingerprint hashes the code
+    text without comments (the same in every Python), not ast.dump (whose text changes between versions)."""
+    from grading.harness import code_only
+    source = 'x = 1  # a hint\n\n# >>> EXERCISE lab9.r: task\ndef f(a):\n    return a + "#not a comment"\n'
+    edited = source.replace("a hint", "another hint").replace("task", "a reworded task")
+    assert code_only(source) == code_only(edited) == 'x = 1\ndef f(a):\n    return a + "#not a comment"'
+    assert code_only(source) != code_only(source.replace("a + ", "a * "))
+    for relpath, text in load_reference().texts.items():          # removing comments changes no code
+        assert ast.dump(ast.parse(code_only(text))) == ast.dump(ast.parse(text)), relpath
