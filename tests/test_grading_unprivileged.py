@@ -206,3 +206,37 @@ def test_where_a_needed_folder_or_device_is_closed_it_stays_uid_0_and_mounts_not
         assert fence["uid"] == 0 and fence["capabilities"] == "none" and "exposed" not in fence
         assert "REPORT 0 True" in output, output
     assert scratch.stat().st_uid == 0                   # handed back to root
+
+
+MOUNTS_PROBE = """import json, os
+print("REPORT " + json.dumps([os.getuid(), [line.split()[1] for line in open("/proc/self/mounts")]]))
+"""
+
+
+@pytest.mark.slow
+def test_with_python_readable_by_all_nothing_extra_is_mounted():
+    """CI's case: a system Python every user may read and a searchable harness: uid 65534, no mount but /proc.
+
+    Run through the launcher `--spawn fresh` uses, with the system's own Python (standard library only).
+    """
+    import shutil
+    import subprocess
+    from tests.grading_fixtures import searchable_folder
+    system = shutil.which("python3", path="/usr/bin:/bin")
+    if os.geteuid() != 0 or system is None or not process_fence.reachable_by_others(system):
+        pytest.skip("needs root and a Python in /usr that every user may read")
+    with searchable_folder("inferlab-fast-path-") as work:
+        (work / "scratch").mkdir()
+        (work / "probe.py").write_text(MOUNTS_PROBE)
+        spec = {"uid": SANDBOX_UID, "read": [str(work)], "write": [str(work / "scratch")]}
+        read, write = os.pipe()
+        out = subprocess.run([system, "-I", "-B", process_fence.__file__, json.dumps(spec), str(write), "--",
+                              system, "-I", str(work / "probe.py")], pass_fds=(write,), capture_output=True,
+                             text=True, timeout=60)
+        os.close(write)
+        with os.fdopen(read) as handle:
+            fence = json.loads(handle.read())
+    uid, inside = json.loads(out.stdout.split("REPORT ", 1)[1])
+    host = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    assert fence["uid"] == uid == SANDBOX_UID and "exposed" not in fence, (fence, out.stderr)
+    assert sorted(inside) == sorted([*host, "/proc"])        # its own /proc, nothing else
