@@ -68,9 +68,12 @@ def test_probe(observe):
 '''
 
 
-@pytest.fixture(scope="module")
-def probed(tmp_path_factory):
-    """The probe's observations, the fence the grader saw, and the scratch folder before and after cleaning."""
+@pytest.fixture(scope="module", params=["fork", "fresh"])
+def probed(request, tmp_path_factory):
+    """The probe's observations, the fence the grader saw, and the scratch folder before and after cleaning.
+
+    Through the fork server and through `--spawn fresh`'s launcher (which execs the interpreter as uid 65534).
+    """
     if os.geteuid() != 0:
         pytest.skip("the uid drop needs a grader running as root")
     work = tmp_path_factory.mktemp("unprivileged")        # below pytest's 0700 folder
@@ -83,7 +86,7 @@ def probed(tmp_path_factory):
         probe = PROBE.format(grader=os.getpid(), secret=secret, targets=targets, root=str(ROOT))
         (harness / "hidden" / "lab2" / "test_probe.py").write_text(probe)
         fence = Fence.for_run(ensure_tiny_model(), work)
-        runner = Runner(work / "run")
+        runner = Runner(work / "run", spawn=request.param)
         scratch = work / "scratch"
         try:
             run = runner.observe(harness, scratch, ["hidden/lab2/test_probe.py"], 120, fence)
