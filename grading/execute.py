@@ -161,9 +161,14 @@ def child_env(fence: Fence, harness: Path, scratch: Path, gpu: bool = False) -> 
 SANDBOX_UID = 65534
 
 
-def process_fence_spec(fence: Fence, harness: Path, scratch: Path) -> dict:
-    """What the zygote needs to fence a graded process: its user, what it reads, what it writes."""
-    return {"uid": SANDBOX_UID, "read": [str(harness), str(fence.model_dir)], "write": [str(scratch)]}
+def process_fence_spec(fence: Fence, harness: Path, scratch: Path, gpu: bool = False) -> dict:
+    """What the zygote needs to fence a graded process: its user, what it reads and writes, what it must not see.
+
+    A GPU item's process also needs the NVIDIA device files read-write: where
+    uid 65534 may not open them, it stays uid 0 without capabilities instead.
+    """
+    return {"uid": SANDBOX_UID, "read": [str(harness), str(fence.model_dir)], "write": [str(scratch)],
+            "hidden": list(fence.hidden), "devices": list(fence.devices) if gpu else []}
 
 
 def process_summary(child: ChildResult) -> dict:
@@ -393,7 +398,8 @@ class Runner:
             shutil.rmtree(scratch)
         scratch.mkdir(parents=True)
         child = self.start("pytest", pytest_argv(harness, scratch, select), harness,
-                           child_env(fence, harness, scratch, gpu), fence=process_fence_spec(fence, harness, scratch))
+                           child_env(fence, harness, scratch, gpu),
+                           fence=process_fence_spec(fence, harness, scratch, gpu))
         result = child.wait(time.monotonic() + deadline_s)
         records, order, sandbox, problems = read_observations(scratch / OBSERVATIONS)
         return Observed(result, records, order, sandbox, problems)

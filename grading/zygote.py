@@ -21,8 +21,9 @@ Protocol, one JSON object per line. Requests on stdin:
 (`stdout`/`stdin` are FIFO paths made by the grader; `stdin` may be null; `path`, optional, lists
 folders put first on the child's sys.path: the project's CI runs the public suites this way, one
 tree per child. The grader passes none: its harness's pytest.ini says `pythonpath = .`.)
-`fence`, optional, is {"uid", "read": [folders], "write": [folders]}: the child then runs in its
-own PID and mount namespaces as an unprivileged user (grading/process_fence.py).
+`fence`, optional, is {"uid", "read": [folders], "write": [folders], "hidden": [folders], "devices": [files]}:
+the child then runs in its own PID and mount namespaces as an unprivileged user
+(grading/process_fence.py).
 Replies on stdout: {"id", "event": "started", "pid"} and {"id", "event": "exited", "status"},
 `status` being the exit code, or minus the signal number; with `fence`, also
 {"id", "event": "fence", "init", "pid_namespace", "uid", ...} from the graded process itself (before

@@ -73,9 +73,10 @@ def insert_in_region(text: str, region_id: str, line: str) -> str:
 def searchable_folder(prefix: str):
     """A temp folder every user may search, removed at the end (a context manager).
 
-    pytest's temp folders are 0700, so the grader's unprivileged user (uid
-    65534) could not reach a harness there and the graded process would run as
-    uid 0 without capabilities instead; tests of that user grade in here.
+    pytest's temp folders are 0700: the grader's unprivileged user (uid 65534)
+    reaches a harness there only through the mounts the process fence makes in
+    the item's namespace (`grading.process_fence.expose`); tests that grade in
+    here take the plain path, with nothing of the harness mounted.
     """
     import contextlib
     import os

@@ -90,10 +90,7 @@ def test_the_item_sees_only_its_own_processes_and_no_privilege(runs):
     assert report["pid"] == 1 and set(report["seen"]) <= {1, report["child"]}
     assert report["stolen"] == ["FileNotFoundError", "FileNotFoundError"]   # the grader's pid is not in its /proc
     assert int(report["cap_eff"], 16) == 0
-    if result.fence["uid"] == SANDBOX_UID:
-        assert report["uid"] == SANDBOX_UID
-    else:                                           # this machine's Python sits where uid 65534 cannot read
-        assert report["uid"] == 0 and "cannot reach" in result.fence["missing"]
+    assert result.fence["uid"] == report["uid"] == SANDBOX_UID, result.fence   # wherever Python sits (process_fence.expose)
 
 
 def test_a_model_out_of_the_users_reach_is_read_from_a_root_owned_copy(tmp_path):

@@ -90,4 +90,4 @@ def test_a_hog_gains_nothing_and_the_reference_is_timed_alone(timed):
         assert result.measurements["other_side_not_stopped"] == 0, result.measurements
         process = result.measurements["sandbox"]["process"]
         assert process["pid_namespace"] is True, process
-        assert process["uid"] == 65534 or process["capabilities"] == "none", process
+        assert process["uid"] == 65534, process          # wherever Python sits (process_fence.expose)
