@@ -35,10 +35,17 @@ FIELDS = ("现象", "解释", "可否定的预测", "检验", "结论")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
+def _readable(folder: Path, path: Path) -> bool:
+    """A plain file of the submission itself (no link out of it, nothing above it), small enough to read."""
+    try:
+        inside = path.resolve().is_relative_to(folder.resolve())
+    except OSError:
+        return False
+    return inside and path.is_file() and not path.is_symlink() and path.stat().st_size <= MAX_EVIDENCE_BYTES
+
+
 def _files(folder: Path, patterns: list[str]) -> list[Path]:
-    found = {p for pattern in patterns for p in folder.glob(pattern)
-             if p.is_file() and not p.is_symlink() and p.stat().st_size <= MAX_EVIDENCE_BYTES}
-    return sorted(found)
+    return sorted({p for pattern in patterns for p in folder.glob(pattern) if _readable(folder, p)})
 
 
 def _section(text: str, name: str) -> tuple[str | None, list[str]]:
@@ -283,7 +290,7 @@ def citation_problems(text: str, folder: Path) -> tuple[int, list[str]]:
     for path_text, row_key, column, value_text in CITATION.findall(text):
         cite = f"{path_text}[{row_key}].{column}"
         path = folder / path_text
-        if not path.is_file() or path.is_symlink():
+        if not _readable(folder, path):
             problems.append(f"{cite}: {path_text} was not submitted")
             continue
         rows = read_csv_rows(path)
@@ -339,8 +346,7 @@ def check_figures(text: str, folder: Path, options: dict) -> list[str]:
                         f"at least {options['min_count']} expected")
     for target in embedded:
         path = folder / target
-        if (".." in Path(target).parts or not path.is_file() or path.is_symlink()
-                or path.read_bytes()[:8] != PNG_MAGIC):
+        if not _readable(folder, path) or path.read_bytes()[:8] != PNG_MAGIC:
             problems.append(f"the report embeds {target}, which is not a PNG file of the submission")
     return problems
 

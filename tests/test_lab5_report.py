@@ -157,3 +157,18 @@ def test_a_content_check_without_its_inputs_is_refused():
                            ({"check": "call_chain", "sections": ["调用链"]}, "names its evidence files")):
         with pytest.raises(RubricError, match=message):
             parse_rubric({"lab": "lab9", "items": [{**base, **extra}]}, Path("rubric.json"))
+
+
+def test_evidence_outside_the_submission_is_not_read(tmp_path):
+    from grading.report_content import check_figures, citation_problems
+    outside, folder = tmp_path / "outside", tmp_path / "sub"
+    (outside / "results").mkdir(parents=True)
+    (outside / "results" / "x.csv").write_text("name,v\na,1\n")
+    (outside / "f.png").write_bytes(PNG)
+    (folder / "results").mkdir(parents=True)
+    (folder / "results" / "x.csv").write_text("name,v\na,1\n")
+    (folder / "figures").symlink_to(outside)
+    assert citation_problems("`results/x.csv[a].v = 1`", folder) == (1, [])
+    good, problems = citation_problems("`results/../../outside/results/x.csv[a].v = 1`", folder)
+    assert good == 0 and "was not submitted" in problems[0]
+    assert "not a PNG file of the submission" in check_figures("![f](figures/f.png)", folder, {"min_count": 1})[0]
