@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from courseware.editions import EDITIONS, edition
-from courseware.labs import PUBLIC_PARTS, all_labs
+from courseware.labs import all_labs
 
 MISSING_PACKAGES_HINT = "inferlab build needs the notebook packages: pip install -e '.[notebooks]'"
 DEFAULT_TIMEOUT = 600
@@ -258,12 +258,11 @@ def build_assignment(root: Path, out_dir: Path, term: str = DEFAULT_TERM) -> Pat
             make_release(lab.lab_id, dest, root=root)
             continue
         dest.mkdir()
-        for name in PUBLIC_PARTS:
-            source = lab.folder / name
+        for source in lab.public_parts():
             if source.is_dir():
-                shutil.copytree(source, dest / name)
-            elif source.is_file():
-                shutil.copy2(source, dest / name)
+                shutil.copytree(source, dest / source.name)
+            else:
+                shutil.copy2(source, dest / source.name)
     return target
 
 

@@ -10,6 +10,7 @@ One lab is one folder, `assignments/labN_<topic>/`:
     golden_gpu.json      the GPU items' golden outputs (generated on a GPU machine)
     bugzoo/              the bug-zoo mutants (instructor only)
     private/             anything else for instructors only
+    *.py                 scripts the students run (e.g. lab 5's `lab5_run.py`), shipped with the handout
 
 `assignments/shared/public/` holds the fixtures every public suite uses
 (conftest.py, the failure-message helpers, the lab 1 test doubles).
@@ -34,8 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = "assignments"
 SHARED_PUBLIC = Path(ASSIGNMENTS) / "shared" / "public"
 GENERATED_TESTS = Path("student_exercises") / "tests"
-# The parts of a lab folder a student may see; everything else in it is instructor-only.
+# The parts of a lab folder a student may see, besides its top-level scripts (`*.py`); everything else in
+# it is instructor-only (instructor code goes under private/, so a script at the top is a student's tool).
 PUBLIC_PARTS = ("README.md", "report_template.md", "rubric.json", "public")
+
+
+def is_public_part(path: Path) -> bool:
+    """True for a lab folder entry a student may see: a PUBLIC_PARTS name or a top-level script."""
+    return path.name in PUBLIC_PARTS or (path.is_file() and path.suffix == ".py")
 _FOLDER = re.compile(r"^(lab(\d+))_[a-z0-9_]+$")
 
 
@@ -85,7 +92,11 @@ class Lab:
 
     def private_parts(self) -> list[Path]:
         """Every entry of the folder that is not public: hidden tests, golden outputs, mutants, private/."""
-        return sorted(p for p in self.folder.iterdir() if p.name not in PUBLIC_PARTS)
+        return sorted(p for p in self.folder.iterdir() if not is_public_part(p))
+
+    def public_parts(self) -> list[Path]:
+        """Every entry of the folder a student gets: handout, report template, rubric, public/, scripts."""
+        return sorted(p for p in self.folder.iterdir() if is_public_part(p))
 
 
 def all_labs(root: Path = ROOT) -> list[Lab]:

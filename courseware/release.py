@@ -31,7 +31,7 @@ from courseware.exercises import (
     write_package,
 )
 from courseware.editions import edition
-from courseware.labs import PUBLIC_PARTS, lab_folder
+from courseware.labs import lab as lab_entry, lab_folder
 from courseware.selfcheck import PRISTINE
 from courseware.later_labs import engine_section, used_support, with_standins
 
@@ -189,13 +189,14 @@ serves a small batch through your engine on the built-in tiny model.
 
 
 def _copy_handout(root: Path, lab: str, out: Path) -> Path | None:
-    """The lab folder's public files (handout, report template, rubric); returns the handout's path, if any."""
-    folder = lab_folder(lab, root)
+    """The lab folder's public files (handout, report template, rubric, scripts); returns the handout's path, if any."""
+    entry = lab_entry(lab, root)
+    folder = entry.folder
     dest = out / folder.relative_to(root)
     dest.mkdir(parents=True, exist_ok=True)
-    for name in PUBLIC_PARTS:
-        if (folder / name).is_file():
-            shutil.copy2(folder / name, dest / name)
+    for path in entry.public_parts():
+        if path.is_file():
+            shutil.copy2(path, dest / path.name)
     handout = folder / "README.md"
     return handout.relative_to(root) if handout.is_file() else None
 

@@ -1,17 +1,22 @@
 """Report items: checks on the written report files of a submission (never executed, only read).
 
-A report item names files (globs relative to the submission's lab folder),
-Markdown headings that must be present, and a minimum word count. Notebooks
-(`.ipynb`) are read as their Markdown cells. Whether the report is *good* is
-for a human; this item checks that it is there and complete in form, so that
-the grade of a missing or empty report is never a matter of opinion.
+A report item names files (globs relative to the submission's lab folder).
+Its `check` says what is checked: `form` (the default) wants Markdown
+headings and a minimum word count; the content checks of
+grading.report_content compare a section of the report with the submitted
+evidence (a trace, logs, CSV files). Notebooks (`.ipynb`) are read as their
+Markdown cells. Whether an explanation is *right* is for a human; whether the
+report is there, and whether its quotes and numbers are in its own data, is
+never a matter of opinion.
 """
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
 
+from grading.report_content import CHECKS
 from grading.results import ItemResult
 from grading.rubric import Item
 
@@ -44,6 +49,17 @@ def check_report(folder: Path, item: Item) -> ItemResult:
             problems.append(f"no file matching {pattern}")
         texts += [report_text(p) for p in matches]
     text = "\n".join(texts)
+    if item.options.get("check", "form") != "form":
+        if not problems:
+            try:
+                problems = CHECKS[item.options["check"]](text, folder, item.options)
+            except (OSError, ValueError, csv.Error, RecursionError) as err:   # a malformed evidence file
+                problems = [f"could not read the submitted evidence: {type(err).__name__}: {err}"]
+        passed = not problems
+        return ItemResult(item.id, item.title, item.kind, item.points, item.points if passed else 0,
+                          "passed" if passed else "failed",
+                          f"{item.options['check']}: backed by the submitted files" if passed else "; ".join(problems),
+                          details=problems)
     found = headings(text)
     for heading in item.options["headings"]:
         if not any(heading.lower() in h for h in found):

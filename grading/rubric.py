@@ -20,7 +20,8 @@ Item fields:
     deadline_s  seconds the item's process may run before it is killed
     gpu         true when the item needs CUDA (reported `blocked` without it)
     + kind-specific fields: throughput (workload, rounds, min_ratio, requires: item ids),
-      report (files, headings, min_words)
+      report (files, headings, min_words; or check, sections, evidence, min_count, must_name: a content
+      check of grading.report_content, e.g. the report's call chain against a submitted trace)
 
 The kinds differ in what is compared and how a difference is explained, not
 in who decides: every verdict is computed by the grader (grading.judge).
@@ -88,7 +89,9 @@ class Rubric:
 
 _COMMON = {"id", "title", "points", "kind", "deadline_s", "select", "public", "gpu", "description"}
 _EXTRA = {"pytest": set(), "log": set(), "blocks": set(), "throughput": {"workload", "rounds", "min_ratio", "requires"},
-          "report": {"files", "headings", "min_words"}}
+          "report": {"files", "headings", "min_words", "check", "sections", "evidence", "min_count", "must_name"}}
+REPORT_CHECKS = ("form", "call_chain", "log_excerpts", "tables", "explanations", "figures")
+NEEDS_EVIDENCE = ("call_chain", "log_excerpts", "tables")
 
 
 def _item(raw: dict[str, Any], where: str, seen: dict[str, Item]) -> Item:
@@ -143,6 +146,20 @@ def _item(raw: dict[str, Any], where: str, seen: dict[str, Item]) -> Item:
             raise RubricError(f"{where}: report items list the files to check")
         options.setdefault("headings", [])
         options.setdefault("min_words", 0)
+        options.setdefault("check", "form")
+        if options["check"] not in REPORT_CHECKS:
+            raise RubricError(f"{where}: check must be one of {REPORT_CHECKS}, got {options['check']!r}")
+        if options["check"] not in ("form", "figures") and not options.get("sections"):
+            raise RubricError(f"{where}: a {options['check']} check names the report sections it reads")
+        if options["check"] in NEEDS_EVIDENCE and not options.get("evidence"):
+            raise RubricError(f"{where}: a {options['check']} check names its evidence files (globs)")
+        options.setdefault("sections", [])
+        options.setdefault("evidence", [])
+        options.setdefault("min_count", 1)
+        options.setdefault("must_name", [])
+        if isinstance(options["min_count"], bool) or not isinstance(options["min_count"], int) \
+                or options["min_count"] < 0:
+            raise RubricError(f"{where}: min_count must be a whole number")
     return Item(item_id, str(raw.get("title", item_id)), points, kind, float(deadline), tuple(select),
                 tuple(public), gpu, options)
 

@@ -102,6 +102,7 @@ def test_assignment_package_is_per_term_and_public_only(tmp_path):
     assert labs == sorted(p.name for p in (ROOT / "assignments").glob("lab*_*") if p.is_dir())
     assert (target / "lab1_lifecycle" / "README.md").is_file()
     assert (target / "lab5_performance" / "report_template.md").is_file()
+    assert (target / "lab5_performance" / "lab5_run.py").is_file()     # the handout's commands need it
     private = {"hidden", "golden.json", "bugzoo", "private", "reference", "src"}
     assert not [p for p in target.rglob("*") if p.name in private]
     notebooks = sorted((target / "lab1_lifecycle" / "tutorials").glob("Tutorial_*.ipynb"))

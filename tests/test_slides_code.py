@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from slides_code import (batching, call_chain, chat_template, chunked_prefill, minimal_log, observability_demo,
                          paged_vs_contiguous, pd_disaggregation, prefix_caching, request_timeline, sequence_fields,
                          tensor_parallel)
+from slides_code import _make_listings
 from slides_code._common import listings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +33,7 @@ def slides_env(monkeypatch, tiny_model_dir, tmp_path):
 
 
 def scripts() -> list[str]:
-    return sorted(p.stem for p in SLIDES.glob("*.py") if p.stem not in LIBRARY_MODULES)
+    return sorted(p.stem for p in SLIDES.glob("*.py") if p.stem not in LIBRARY_MODULES and not p.stem.startswith("_"))
 
 
 def test_every_script_is_tested_here_and_has_a_short_listing():
@@ -209,3 +211,30 @@ def test_a_script_runs_by_path_with_its_output(tmp_path):
     result = _run(["slides_code/minimal_log.py"], INFERLAB_SLIDES_OUT=str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == "step=0 request_id=0 prompt_len=6 stage=prefill"
+
+
+def test_listings_file_names_every_script_and_listing():
+    """slides_code/listings.md holds each script's listings, verbatim, and an output block after them."""
+    assert _make_listings.scripts() == scripts()
+    text = (SLIDES / "listings.md").read_text(encoding="utf-8")
+    for name in scripts():
+        section = text.split(f"## `{name}.py`", 1)[1].split("\n## `", 1)[0]
+        for code in listings(SLIDES / f"{name}.py").values():
+            assert f"```python\n{code.rstrip()}\n```" in section, f"{name}: a listing differs from the script"
+        assert f"**Output** (`python -m slides_code.{name}`):" in section and section.count("```text") == 1
+
+
+def test_listings_comparison_masks_timings_only():
+    text = (SLIDES / "listings.md").read_text(encoding="utf-8")
+    steps = next(line for line in text.splitlines() if "static:" in line and "steps" in line)
+    slower = re.sub(r"[\d,]+ tok/s", "1 tok/s", steps)
+    assert slower != steps and not _make_listings.differences(text, text.replace(steps, slower))
+    one_more = re.sub(r"(\d+) steps", lambda m: f"{int(m.group(1)) + 1} steps", steps, count=1)
+    assert _make_listings.differences(text, text.replace(steps, one_more)), "a step count is not a timing"
+    assert _make_listings.differences(text, text.replace("True", "False", 1))
+
+
+@pytest.mark.slow
+def test_listings_output_matches_a_fresh_run(capsys):
+    """Every script is run again as `python -m slides_code.X`; its output must be the committed one, timings aside."""
+    assert _make_listings.main(["--check"]) == 0, capsys.readouterr().out[-4000:]

@@ -6,10 +6,10 @@
 #
 # **教学目标**
 #
-# 1. 说清楚多卡部署里哪些组件是 **单实例**（只在 rank 0：scheduler、block manager、sampler），哪些是 **每卡一份**（权重分片、KV cache、CUDA graph）。
-# 2. 理解 column-parallel 与 row-parallel 为什么只需要 **一次 all-reduce**，并算出每个 decode step 的通信量。
+# 1. 说清楚多卡部署里哪些组件是 **单实例**（只在 rank 0：scheduler、block manager、sampler），哪些是 **每卡一份**（权重分片、KV cache、CUDA graph）；TP、PP、DP 各切什么、每步通信什么。
+# 2. 理解 column-parallel 与 row-parallel 为什么只需要 **一次 all-reduce**，从模型配置算出每 token 每层的通信量，并和 TP=2 实测的 all-reduce 字节数对账。
 # 3. 在 CPU 上（gloo）跑 `tensor_parallel_size=2` 的真实引擎：token 与单卡完全一致，再测出通信带来的开销。
-# 4. 跑 prefill/decode 分离：prefill 进程算出第一个 token 后，把 KV blocks 用 `torch.distributed` 发给 decode 进程；看懂 `KV_SENT` / `KV_RECEIVED` 事件和传输时间。
+# 4. 跑 prefill/decode 分离：prefill 进程算出第一个 token 后，把 KV blocks 用 `torch.distributed` 发给 decode 进程；从配置算出每 token 的 KV 字节数并核对实测传输，判断分离什么时候划算。
 #
 # 第 7 讲说："单机上看起来只是'多开几个请求'的问题，进入分布式拓扑后会变成通信和协调问题。"
 # 同一个 batch 决策，在单卡上只关心调度和 KV 驻留；在 TP 下每一步都要跨卡同步；在 PD 分离下还要搬运 KV。
@@ -19,10 +19,10 @@
 #
 # | 节 | 分钟 | 预期数字（tiny model，2 核 CPU） |
 # | --- | --- | --- |
-# | 1. 拓扑 | 10 | 表格 |
 # | 2. Column + row parallel | 15 | 手算结果与整块矩阵相等（断言） |
-# | 3. TP=2 引擎 | 10 | 只有 2 个 GPU 时运行；tokens 与 TP=1 相同 |
-# | 4. PD 分离 | 15 | KV 搬运后 token 与单引擎相同（断言）；搬运字节数是确定的 |
+# | 3. TP=2 引擎 | 10 | CPU 上两个进程（gloo）；tokens 与 TP=1 相同（断言）；TP=2 每步慢几倍（约 2 ms vs 10–15 ms，2 核 CPU） |
+# | 1. 拓扑（TP / PP / DP） | 10 | 表格；第 3 节里 all-reduce 字节数 = 公式（断言，确定） |
+# | 4. PD 分离 | 20 | KV 搬运后 token 与单引擎相同、字节数 = blocks × 16 × 512、`cached_blocks` = [0, 2, 2, 2, 2, 2]（断言，确定）；传输中位数约 0.3–3 ms，prefill 步约 10–25 ms；临界带宽约 3–5 MB/s，实测有效带宽约 5–100 MB/s（首次传输含建链开销） |
 # | 课堂练习 | 10 | 见答案格子里的断言 |
 
 # %%
@@ -57,6 +57,18 @@ print("TP device:", TP_DEVICE)
 # | KV cache | 每卡一份，只存自己的 KV heads | 每张卡的 block 数和 block id 相同，所以一张 block table 对所有卡都成立 |
 #
 # 每一步：rank 0 调度 → 把 batch **广播** 给其它 rank → 每个 rank 算自己那份 → 在 all-reduce 处会合 → rank 0 采样。
+#
+# 多卡的三种切法，切的东西不同，每一步要通信的东西也不同（$L$ 层，hidden 维 $h$，每个值 $b$ 字节，$N$ 份）：
+#
+# | 方式 | 切什么 | 每张卡上有什么 | 每个 token 的通信 | 本引擎 |
+# | --- | --- | --- | --- | --- |
+# | TP（tensor parallel） | 每层的权重矩阵 | 每层 1/N 的权重、1/N 的 KV heads | 每层 2 次 all-reduce，各 $h \cdot b$ 字节（再加 embedding 1 次） | 实现（第 3 节实测） |
+# | PP（pipeline parallel） | 层：每卡连续 $L/N$ 层 | 自己那几层的全部权重和 KV | 每个 stage 边界发一次激活，$h \cdot b$ 字节 | 未实现，只给公式 |
+# | DP（data parallel，多副本） | 请求 | 完整模型的一份副本，自己的 scheduler 和 KV | 每步不通信，只有请求路由 | 未实现：就是开 N 个 `LLM` |
+#
+# 所以 TP 的通信量随层数增长、每层都要同步，适合机内高带宽互联（NVLink）；PP 每 token 只在边界传一次，但要靠 micro-batch
+# 填满流水线；DP 不通信，但每个副本都要放得下整个模型。第 3 节在 TP=2 的真实运行里数出 all-reduce 的次数和字节数，
+# 和这里的公式对账。
 
 # %% [markdown]
 # ## 2. Column-parallel + row-parallel：一次 all-reduce
@@ -131,7 +143,33 @@ tp2 = LLM(MODEL, device=TP_DEVICE, tensor_parallel_size=2, **config)
 attn = tp2.model_runner.model.model.layers[0].self_attn
 print(f"rank 0 每层持有 {attn.num_heads} 个 query head、{attn.num_kv_heads} 个 KV head")
 tokens2, step2 = timed_generate(tp2)
+
+# 数 rank 0 上每一次浮点 all-reduce 的元素个数（rank 1 做的是同样的调用）
+import torch.distributed as dist
+
+reduced, real_all_reduce = [], dist.all_reduce
+
+
+def counting_all_reduce(tensor, *args, **kwargs):
+    if tensor.is_floating_point():                                  # 不数控制用的整数 all-reduce
+        reduced.append(tensor.numel())
+    return real_all_reduce(tensor, *args, **kwargs)
+
+
+dist.all_reduce = counting_all_reduce
+try:
+    steps_before = len(tp2.log.events)
+    tp2.generate(prompts, params, use_tqdm=False)
+finally:
+    dist.all_reduce = real_all_reduce
 tp2.model_runner.close()                                           # 停掉 rank 1
+tokens_run = sum(e["num_tokens"] for e in list(tp2.log.events)[steps_before:] if e["event"] == "STEP")
+per_token_layer = 2 * tiny["hidden_size"] * 4                      # 每 token 每层：2 次 all-reduce × h × 4 字节（fp32）
+predicted = tokens_run * (tiny["num_hidden_layers"] * per_token_layer + tiny["hidden_size"] * 4)   # + embedding
+measured = sum(reduced) * 4
+print(f"{tokens_run} 个 token 过了模型：公式预测 all-reduce {predicted / 1024:.1f} KiB，实测 {measured / 1024:.1f} KiB"
+      f"（{len(reduced)} 次调用；每 token 每层 {per_token_layer} 字节）")
+assert measured == predicted
 print("TP=2 tokens == TP=1 tokens:", tokens2 == tokens1)
 print(f"每步时间：TP=1 {step1 * 1e3:.2f} ms，TP=2 {step2 * 1e3:.2f} ms")
 assert tokens2 == tokens1
@@ -188,13 +226,34 @@ finally:
 same = [r["token_ids"] for r in results] == [o["token_ids"] for o in single]
 print("分离部署的 token == 单引擎:", same)
 assert same
-for e in [e for e in logs["decode"] if e["event"] == "KV_RECEIVED"]:
+received = [e for e in logs["decode"] if e["event"] == "KV_RECEIVED"]
+for e in received:
     print(f"KV_RECEIVED seq {e['seq_id']}: {e['blocks']} blocks, {e['bytes'] / 1024:5.0f} KiB, "
           f"{e['seconds'] * 1e3:.2f} ms, prefix 命中 {e['cached_blocks']} blocks")
 
 # %% [markdown]
-# 第一个请求把 32 token 的 system prompt（2 个 block）带到了 decode 端；之后的请求在 decode 端的 prefix cache 里命中这 2 个 block，
-# 只需要传剩下的部分（`cached_blocks = 2`）。下面画出每个请求的传输时间和字节数。
+# **每个 token 的 KV 有多大**，从模型配置就能算出来：K 和 V 各一份，每层、每个 KV head 一个 `head_dim` 长的向量：
+#
+# $$\text{KV bytes / token} = 2 \times L \times n_{kv} \times d_{head} \times \text{dtype bytes}$$
+#
+# 传输按整 block 进行，所以一次传输的字节数应当正好是 `blocks × block_size × 每 token 字节数`。下面用配置算出的数字去核对每一次实测传输。
+
+# %%
+kv_per_token = 2 * tiny["num_hidden_layers"] * tiny["num_key_value_heads"] * tiny["head_dim"] * 4   # fp32
+block_size = pd_config["kvcache_block_size"]
+print(f"tiny model：每 token 的 KV = 2 × {tiny['num_hidden_layers']} × {tiny['num_key_value_heads']} × "
+      f"{tiny['head_dim']} × 4 = {kv_per_token} 字节；一个 block = {kv_per_token * block_size} 字节")
+assert all(e["bytes"] == e["blocks"] * block_size * kv_per_token for e in received)
+# 共享的 32 token system prompt 是 2 个 block：第一个请求把它带到 decode 端，之后的请求都在 decode 端命中，不再传
+shared_blocks = len(system) // block_size
+assert [e["cached_blocks"] for e in received] == [0] + [shared_blocks] * (len(pd_prompts) - 1)
+# decode 进程从不做 prefill：它的每一步都是 decode step（这正是分离的目的，decode 不再被 prefill 打断）
+assert not any(e["is_prefill"] for e in logs["decode"] if e["event"] == "STEP")
+
+# %% [markdown]
+# 断言都成立：传输字节数和配置算出的完全一致；第一个请求把 32 token 的 system prompt（2 个 block）带到了 decode 端，
+# 之后的请求在 decode 端的 prefix cache 里命中这 2 个 block，只传剩下的部分（`cached_blocks = 2`）；decode 进程一次 prefill 都没做。
+# 下面画出每个请求的传输时间和字节数。
 
 # %%
 kv = [(r["kv_bytes"], r["kv_transfer_s"]) for r in results if r["kv_bytes"]]
@@ -210,9 +269,54 @@ print(f"TTFT（prefill 进程测得）中位数 {np.median(ttft) * 1e3:.1f} ms�
       f"KV 传输中位数 {np.median([s for _, s in kv]) * 1e3:.2f} ms")
 
 # %% [markdown]
-# 在 CPU 上每次传输几 KiB，时间主要是固定开销（一次 send/recv 的握手），和字节数关系不大；
-# 大模型的 KV 是每 token 上百 KiB（Qwen3-8B bf16：36 层 × 8 个 KV head × 128 × 2（K、V）× 2 字节 = 144 KiB），
-# 一个 1000 token 的 prompt 就是约 140 MiB，这时带宽才是主角。GPU 上的测量见 `docs/performance.md`。
+# ### 4.1 分离什么时候划算
+#
+# 分离给每个请求 **加了** 一次 KV 传输（TTFT 之后、第一个 decode step 之前），换来的是 decode 不再被 prefill 打断
+# （共置时一个长 prompt 的 prefill 步会让所有正在 decode 的请求多等一整步，见 Tutorial 07 的 chunked prefill）。
+# 传输不拖慢系统的条件是：传一个 token 的 KV 比 prefill 算一个 token 快，这样 prefill 节点算下一个请求时，上一个请求的 KV
+# 已经在路上，链路不成为瓶颈：
+#
+# $$\frac{\text{KV bytes / token}}{\text{带宽}} < \text{prefill 每 token 的时间} \quad\Longleftrightarrow\quad
+#   \text{带宽} > \frac{\text{KV bytes / token}}{\text{prefill 每 token 的时间}}$$
+#
+# 下面用本次运行实测的 prefill 步时间（prefill 进程 log 里 `STEP` 到同一步 `FIRST_TOKEN` 的时间）和实测的传输，
+# 算出 tiny model 在 CPU 上的临界带宽和实测的有效带宽。
+
+# %%
+prefill_log = logs["prefill"]
+step_start = {e["step"]: e["time"] for e in prefill_log if e["event"] == "STEP" and e["is_prefill"]}
+step_tokens = {e["step"]: e["num_tokens"] for e in prefill_log if e["event"] == "STEP" and e["is_prefill"]}
+step_end = {}
+for e in prefill_log:
+    if e["event"] == "FIRST_TOKEN" and e["step"] in step_start:
+        step_end[e["step"]] = max(step_end.get(e["step"], 0.0), e["time"])
+prefill_s = [step_end[s] - step_start[s] for s in step_start]
+prefill_per_token = sum(prefill_s) / sum(step_tokens.values())
+break_even = kv_per_token / prefill_per_token
+achieved = sum(e["bytes"] for e in received) / sum(e["seconds"] for e in received)
+print(f"prefill：{prefill_per_token * 1e6:.0f} µs / token → 临界带宽 {break_even / 1e6:.2f} MB/s")
+print(f"实测 KV 传输：共 {sum(e['bytes'] for e in received)} 字节，有效带宽 {achieved / 1e6:.1f} MB/s")
+print(f"每次传输 {np.median([e['seconds'] for e in received]) * 1e3:.2f} ms（中位数），"
+      f"每个 prefill 步 {np.median(prefill_s) * 1e3:.1f} ms（中位数）")
+assert np.median([e["seconds"] for e in received]) < np.median(prefill_s)
+
+# 同一个判据，换成 Qwen3-8B（bf16）在一张 H100 上：prefill 约 2 × 参数量 FLOPs / token，按 400 TFLOP/s 有效算力估计
+qwen_kv_per_token = 2 * 36 * 8 * 128 * 2
+qwen_prefill_per_token = 2 * 8e9 / 400e12
+print(f"Qwen3-8B：KV {qwen_kv_per_token // 1024} KiB / token，prefill ≈ {qwen_prefill_per_token * 1e6:.0f} µs / token "
+      f"→ 临界带宽 {qwen_kv_per_token / qwen_prefill_per_token / 1e9:.1f} GB/s")
+assert qwen_kv_per_token == 147456
+
+# %% [markdown]
+# 读数：断言保证的是，在 CPU 上一次传输（中位数）比一个 prefill 步（中位数）短。几 KiB 的 KV 本身微不足道，
+# 传输时间主要是每次 send/recv 的固定开销（第一次还包括建链），所以实测的 "有效带宽" 很低；把它和上面的临界带宽比一比：
+# 有效带宽更高，传输就能被 prefill 盖住（这两个数在负载重的机器上会一起变，所以这里只打印、不断言）。
+# 大模型上 KV 是每 token 上百 KiB（Qwen3-8B：144 KiB），一个 1000 token 的 prompt 就是约 140 MiB；按上面的估计，
+# 链路需要约 4 GB/s 才不成为瓶颈，机间 RDMA（25 GB/s 量级）和 NVLink 都够。
+#
+# 所以分离划算的条件是：（1）链路带宽高于临界带宽，传输能被下一次 prefill 盖住；（2）prefill 打断 decode 造成的 ITL 尖峰
+# 是你在乎的指标（长 prompt、严格的 TPOT SLO）；（3）负载大到值得把两类节点分别扩容。反过来，短 prompt、宽松 SLO、
+# 或者只有 PCIe / 以太网的慢链路上，共置加 chunked prefill 往往更简单也更快。GPU 上的测量见 `docs/performance.md`。
 
 # %% [markdown]
 # ## 课堂练习
