@@ -37,7 +37,7 @@ from courseware.later_labs import engine_section, used_support, with_standins
 
 # What a release needs from `courseware`: the tests build the tiny model, `inferlab check` scores.
 TOOL_MODULES = ("__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py", "public_grade.py",
-                "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py")
+                "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py", "locate.py")
 TUTORIAL_SUFFIXES = (".ipynb", ".py", ".md")
 # The torch every install starts from, pinned (docs/design.md §5; README and .ci/run say the same, checked by
 # tests/test_cli.py): an unpinned torch pulls GBs of CUDA wheels. The Gradescope bundle installs it too.
