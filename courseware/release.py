@@ -5,7 +5,8 @@ with their solutions (a student of lab 3 gets a working block manager) and
 lab N's and later labs' regions stubbed, the later labs' parts run by stand-ins
 (courseware/later_labs.py, reference/standins/); lab N's public tests only; the
 lab folder's public parts (handout, report template, rubric; its tests only
-where they run) and the tutorials when they exist (student edition: no answers, no sources); a README; and a small
+where they run) and the tutorials of its lab and the earlier ones, runnable on the release's engine
+(courseware/release_tutorials.py; student edition: no answers, no sources); a README; and a small
 installable `courseware` package with just what the tests and the self-check
 need (the lab registry, the tiny model builder, `inferlab check`). It never
 contains `reference/`, a lab's private parts (hidden tests, golden outputs,
@@ -15,7 +16,6 @@ by design.
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import shutil
 from pathlib import Path
 
@@ -34,11 +34,11 @@ from courseware.editions import edition
 from courseware.labs import lab as lab_entry, lab_folder
 from courseware.selfcheck import PRISTINE
 from courseware.later_labs import engine_section, used_support, with_standins
+from courseware.release_tutorials import copy_tutorials
 
 # What a release needs from `courseware`: the tests build the tiny model, `inferlab check` scores.
 TOOL_MODULES = ("__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py", "public_grade.py",
-                "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py")
-TUTORIAL_SUFFIXES = (".ipynb", ".py", ".md")
+                "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py", "locate.py")
 # The torch every install starts from, pinned (docs/design.md §5; README and .ci/run say the same, checked by
 # tests/test_cli.py): an unpinned torch pulls GBs of CUDA wheels. The Gradescope bundle installs it too.
 TORCH_VERSION = "2.13.0"
@@ -115,7 +115,8 @@ addopts = "-ra"
 '''
 
 
-def readme(lab: str, tree: ReferenceTree, handout: Path | None, has_tutorials: bool) -> str:
+def readme(lab: str, tree: ReferenceTree, handout: Path | None, tutorials: list[str],
+           left_out: dict[str, str]) -> str:
     earlier = earlier_labs(lab)
     rows = "".join(f"| `{r.region_id}` | `{r.path.replace('reference/', PACKAGE + '/', 1)}` | {r.task} |\n"
                    for r in tree.regions if r.lab == lab)
@@ -124,10 +125,14 @@ def readme(lab: str, tree: ReferenceTree, handout: Path | None, has_tutorials: b
     extras = []
     if handout is not None:
         extras.append(f"- The handout: `{handout.as_posix()}`.")
-    if has_tutorials:
-        extras.append("- `tutorials/`: the course tutorials. They are written against the course's reference "
-                      "engine (`import reference`), which this release does not contain: read them here, run them "
-                      "in the course repository.")
+    if tutorials:
+        extras.append("- `tutorials/`: the course tutorials of this lab and the earlier ones, student edition, "
+                      "running on this release's engine (their `reference` imports point at "
+                      f"`{PACKAGE}`): " + ", ".join(f"`tutorials/{name}`" for name in tutorials) + ". Run them "
+                      f"with `jupyter lab tutorials/` once your regions are written (`pip install jupyterlab`).")
+    if left_out:
+        extras.append("- Tutorials not in this release, and why:\n" + "\n".join(
+            f"  - `{name}`: {why}." for name, why in left_out.items()))
     return f"""# InferLab {lab}: student release
 
 You write the bodies of the `{lab}` exercise regions in `{PACKAGE}/`. Each region looks like this:
@@ -201,28 +206,6 @@ def _copy_handout(root: Path, lab: str, out: Path) -> Path | None:
     return handout.relative_to(root) if handout.is_file() else None
 
 
-def _copy_tutorials(root: Path, out: Path) -> bool:
-    """The tutorials as students get them: notebooks without answers or instructor notes, no sources."""
-    source = root / "tutorials"
-    if not source.is_dir():
-        return False
-    copied = False
-    for path in sorted(source.rglob("*")):
-        rel = path.relative_to(source)
-        hidden = any(part.startswith((".", "_")) for part in rel.parts)   # caches, build scripts
-        if hidden or rel.parts[0] == "src" or not path.is_file() or path.suffix not in TUTORIAL_SUFFIXES:
-            continue
-        (out / "tutorials" / rel).parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix == ".ipynb":
-            student = edition(json.loads(path.read_text(encoding="utf-8")), "student")
-            (out / "tutorials" / rel).write_text(json.dumps(student, indent=1, ensure_ascii=False) + "\n",
-                                                 encoding="utf-8")
-        else:
-            shutil.copy2(path, out / "tutorials" / rel)
-        copied = True
-    return copied
-
-
 def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
     """Write the lab's student repository into `out` (which must be absent or empty)."""
     earlier = earlier_labs(lab)
@@ -240,10 +223,10 @@ def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
     for name in TOOL_MODULES:
         shutil.copy2(root / "courseware" / name, tools / name)
     handout = _copy_handout(root, lab, out)
-    has_tutorials = _copy_tutorials(root, out)
+    tutorials = copy_tutorials(root, out, lab) if (root / "tutorials").is_dir() else ([], {})
     (out / "docs").mkdir()
     shutil.copy2(root / "docs" / "design.md", out / "docs" / "design.md")   # the public tests cite it
     (out / "pyproject.toml").write_text(pyproject(lab, dependencies(root)), encoding="utf-8")
-    (out / "README.md").write_text(readme(lab, tree, handout, has_tutorials), encoding="utf-8")
+    (out / "README.md").write_text(readme(lab, tree, handout, *tutorials), encoding="utf-8")
     (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n.venv/\n.pytest_cache/\nbuild/\n", encoding="utf-8")
     return out

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from courseware.terminal import make_console
 from courseware.additions import apply
 from courseware.exercises import PACKAGE, splice, write_package
 from courseware.labs import exercise_labs, lab as registry_lab
+from courseware.locate import region_locations
 from courseware.public_grade import ItemPart, public_parts
 from courseware.student_code import Extraction, read_student_code
 
@@ -143,12 +144,20 @@ def _gist(message: str) -> str:
     return "\n    ".join(chosen[:MESSAGE_LINES])
 
 
-def _failure_notes(run: SuiteRun) -> list[str]:
-    """One note per distinct failure, naming every test that failed that way."""
+def _failure_notes(run: SuiteRun, locate: Callable[[str], list[str]] | None = None) -> list[str]:
+    """One note per distinct failure, naming every test that failed that way.
+
+    `locate` maps a report's frames to the student's own lines (`courseware.locate`): a failure raised inside a
+    region then says where, in the student's file, rather than in the temporary copy that ran.
+    """
     groups: dict[str, list[str]] = {}
     for test in run.tests.values():
         if (test["outcome"] or "missing") in ("failed", "error", "missing"):
-            groups.setdefault(_gist(test["message"]), []).append(test["name"])
+            gist = _gist(test["message"])
+            places = locate(test["message"]) if locate else []
+            if places:
+                gist += f"\n    at {places[-1]}"      # the innermost frame in a region: where it was raised
+            groups.setdefault(gist, []).append(test["name"])
     notes = []
     for gist, names in groups.items():
         who = names[0] if len(names) == 1 else f"{names[0]} and {len(names) - 1} more"
@@ -156,12 +165,17 @@ def _failure_notes(run: SuiteRun) -> list[str]:
     return notes
 
 
+def package_texts(package: Path) -> dict[str, str]:
+    """Module path (inside the package) -> text, of every module of a package folder."""
+    return {p.relative_to(package).as_posix(): p.read_text(encoding="utf-8")
+            for p in sorted(package.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
 def given_package(project: Path, lab: str) -> dict[str, str]:
     """What the student started from: the release's pristine copy, or (course repository) the release generated."""
     pristine = project / PRISTINE / PACKAGE
     if pristine.is_dir():
-        return {p.relative_to(pristine).as_posix(): p.read_text(encoding="utf-8")
-                for p in sorted(pristine.rglob("*.py")) if "__pycache__" not in p.parts}
+        return package_texts(pristine)
     if (project / "reference").is_dir():
         from courseware.exercises import load_reference, public_suite
         from courseware.release import release_package
@@ -211,8 +225,13 @@ def rubric_table(parts: list[ItemPart], lab: str) -> Table:
     return table
 
 
-def check(lab: str, impl: str = "student", console: Console | None = None, project: Path | None = None) -> int:
-    """Run and score one lab; exit status 0 only when every graded test passed."""
+def check(lab: str, impl: str = "student", console: Console | None = None, project: Path | None = None,
+          extra: Sequence[str] = ()) -> int:
+    """Run and score one lab; exit status 0 only when every graded test passed.
+
+    `extra`: more pytest arguments (the project's own tests select a few tests with `-k`; the score is then
+    that of the selected tests only).
+    """
     project = project or find_project()
     labs = exercise_labs(project)
     if lab not in labs:
@@ -220,12 +239,17 @@ def check(lab: str, impl: str = "student", console: Console | None = None, proje
     console = console or make_console()
     package = "reference" if impl == "reference" else "student_exercises"
     notes: list[str] = []
+    locate = None
     with tempfile.TemporaryDirectory(prefix="inferlab-selfcheck-") as tmp:
         if impl == "reference":
-            run = run_suite(project, lab, impl)
+            run = run_suite(project, lab, impl, extra)
         else:
             notes = region_notes(spliced_copy(project, lab, Path(tmp)))
-            run = run_suite(Path(tmp), lab, impl)
+            run = run_suite(Path(tmp), lab, impl, extra)
+            ran = package_texts(Path(tmp) / PACKAGE)
+
+            def locate(text: str) -> list[str]:
+                return region_locations(text, ran, project / PACKAGE)
     if notes:
         console.print(f"[bold]How your tree was read[/bold] (as the grader reads it):")
         for note in notes:
@@ -239,7 +263,7 @@ def check(lab: str, impl: str = "student", console: Console | None = None, proje
     rubric = registry_lab(lab, project).rubric
     if rubric.is_file():
         console.print(rubric_table(public_parts(rubric, run.tests), lab))
-    notes = _failure_notes(run)
+    notes = _failure_notes(run, locate)
     if notes:
         console.print(f"\n[bold]What went wrong[/bold] (details: pytest {TESTS.as_posix()} -m {lab}):")
         for note in notes:

@@ -34,7 +34,7 @@ from grading import RESULT_FORMAT
 from grading.execute import Fence, Runner, clear
 from grading.golden import cuda_available, golden_sha256, grading_golden, model_dir
 from grading.harness import build_harness, digest, harness_package, write_harness
-from grading.locate import in_student_terms
+from courseware.locate import in_student_terms
 from grading.items import ItemContext, grade_item
 from grading.results import ItemResult, device_description, package_versions, read_result, write_json_atomic
 from grading.rubric import Rubric, load_rubric

@@ -218,7 +218,7 @@ def test_release_holds_earlier_solutions_only_and_this_labs_tests(tmp_path):
     assert 'inferlab = "courseware.selfcheck:main"' in (out / "pyproject.toml").read_text()
     assert sorted(p.name for p in (out / "courseware").iterdir()) == sorted(
         ["__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py", "public_grade.py",
-         "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py"])
+         "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py", "locate.py"])
     handout = (out / "assignments" / "lab3_scheduler" / "README.md").read_text()
     linked = set(re.findall(r"`((?:assignments|docs|student_exercises)/[\w./-]+\.(?:md|json|py))`", handout))
     assert linked and not [path for path in linked if not (out / path).is_file()], \

@@ -312,7 +312,7 @@ def test_an_error_location_is_given_in_the_students_own_file(tmp_path, tree):
     """The harness's line of a failing region body maps to the region and the line of the student's file."""
     from grading.harness import harness_package
     from grading.judge import _error_gist
-    from grading.locate import in_student_terms
+    from courseware.locate import in_student_terms
     path = "engine/block_manager.py"
 
     def edit(files):

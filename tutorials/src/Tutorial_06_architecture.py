@@ -26,6 +26,7 @@
 # 练习一的五个角色让学生先在代码里找，再运行答案格子看调用次数。
 
 # %%
+import inspect
 import json
 import logging
 import os
@@ -40,7 +41,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-import reference
 from courseware.tiny_model import ensure_tiny_model
 from reference import LLM, SamplingParams
 from reference.metrics import request_metrics, summarize
@@ -78,7 +78,7 @@ print(f"control plane : {len(bm.blocks)} Block objects (ids, ref counts, hashes)
 # 跑一个请求、生成 2 个 token（1 次 prefill + 1 次 decode）。
 
 # %%
-REF_DIR = os.path.dirname(reference.__file__)
+REF_DIR = os.path.dirname(inspect.getfile(LLM))   # the engine package: reference/ (student_exercises/ in a release)
 
 
 def trace_calls(fn):

@@ -157,6 +157,73 @@ def test_preempted_sequence_forgets_its_computed_tokens(impl):
                     f"and {seq.block_table}", pytrace=False)
 
 
+@pytest.mark.points(3)
+@pytest.mark.covers("lab2.deallocate", "lab2.prefix_hits", "lab2.allocate", "lab2.mark_computed", "lab2.may_append")
+def test_preempted_sequence_comes_back_with_its_decode_tokens(impl):
+    """DESIGN 3 and 4, what the engine does on a preemption: the sequence is freed whole, then prefilled again
+    later with its prompt *and* the tokens it has decoded since, and the blocks its decode tokens filled are
+    cached like prompt blocks.
+
+    6-token prompt: blocks [0, 1]. Decoding tokens 6, 7, 8: token 7 fills block 1 (published once computed),
+    token 8 starts block 2. Preempted: free list 3, 4, 2, 1, 0. Back with 9 tokens: blocks 0 and 1 lie inside
+    its first 8 tokens, so both hit (8 cached tokens, revived) and one fresh block (3) holds token 8.
+    """
+    lab = Lab(impl)
+    bm = lab.manager(5)
+    seq = lab.seq(tokens(0, 6))
+    prefill(bm, seq)
+    for token in (900, 901, 902):
+        decode(bm, seq, token)
+    other = lab.seq(seq.token_ids[:2 * BS] + [5])
+    if bm.num_cached_tokens(other) != 2 * BS:
+        pytest.fail(f"a prompt equal to seq's first 8 tokens (+1) should hit {2 * BS} tokens: block 1 was filled by "
+                    f"decode tokens and computed, so it is published like a prompt block; got "
+                    f"{bm.num_cached_tokens(other)}", pytrace=False)
+    freed = bm.deallocate(seq)
+    room = bm.can_allocate(seq)
+    cached = bm.num_cached_tokens(seq)
+    bm.allocate(seq)
+    got = {"freed": freed, "can_allocate": room, "cached before allocate": cached, "block_table": seq.block_table,
+           "num_cached_tokens": seq.num_cached_tokens}
+    expected = {"freed": 3, "can_allocate": True, "cached before allocate": 2 * BS, "block_table": [0, 1, 3],
+                "num_cached_tokens": 2 * BS}
+    bad = {k: (expected[k], got[k]) for k in expected if expected[k] != got[k]}
+    if bad:
+        pytest.fail(f"the preempted 9-token sequence (6 prompt + 3 decoded) prefilled again: " + "; ".join(
+            f"{k}: expected {e!r}, got {g!r}" for k, (e, g) in bad.items()) + " (it is allocated for len(seq) "
+            "tokens, not its prompt, and hits every full block inside its first len(seq) - 1 tokens)",
+            pytrace=False)
+    bm.mark_computed(seq, len(seq) - seq.num_cached_tokens)
+    check_ref_counts(bm, {"seq": seq})
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab2.can_allocate", "lab2.allocate")
+def test_can_allocate_counts_a_preempted_sequences_decode_tokens(impl):
+    """A preempted sequence needs blocks for all len(seq) tokens, not just its prompt (no prefix caching here).
+
+    4 blocks. seq: 4-token prompt [0], then 5 decode tokens [0, 1, 2]; preempted: free list 3, 2, 1, 0.
+    A 2-block hog takes 3 and 2: seq's 9 tokens need 3 blocks, 2 are free: False. The hog ends (free list
+    1, 0, 2, 3): True, and seq gets [1, 0, 2].
+    """
+    lab = Lab(impl)
+    bm = lab.manager(4, prefix_caching=False)
+    seq = lab.seq(tokens(0, 4))
+    prefill(bm, seq)
+    for token in range(5):
+        decode(bm, seq, 900 + token)
+    bm.deallocate(seq)
+    hog = lab.seq(tokens(300, 2 * BS))
+    prefill(bm, hog)
+    squeezed = bm.can_allocate(seq)
+    bm.deallocate(hog)
+    roomy = bm.can_allocate(seq)
+    assert_same_list("can_allocate for the preempted 9-token sequence (4 prompt + 5 decoded) with 2 free blocks, "
+                     "then with 4", [False, True], [squeezed, roomy])
+    bm.allocate(seq)
+    assert_block_tables({"seq": [1, 0, 2]}, {"seq": seq.block_table}, "of the preempted sequence prefilled again")
+
+
 # -- decode ----------------------------------------------------------------------------------
 
 @pytest.mark.points(3)
@@ -193,6 +260,33 @@ def test_can_append_needs_a_free_block_only_at_a_block_start(impl):
     starts_new = bm.can_append(seq)
     assert_same_list("can_append for token 7 (fits its block) and token 8 (needs a block; none free)",
                      [True, False], [fits, starts_new])
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab2.can_append", "lab2.may_append")
+@pytest.mark.parametrize("block_size, prompt_len, num_blocks", [(4, 8, 3), (1, 3, 4)])
+def test_can_append_with_exactly_one_free_block(impl, block_size, prompt_len, num_blocks):
+    """One free block is enough to start a block; after it is taken, the next block start finds none.
+
+    Block size 4: an 8-token prompt fills blocks 0 and 1 of 3; token 8 starts block 2 (one free: yes), tokens
+    9-11 fit in it, token 12 needs a fourth (none: no). Block size 1: every token starts a block.
+    """
+    lab = Lab(impl, block_size=block_size)
+    bm = lab.manager(num_blocks)
+    seq = lab.seq(tokens(0, prompt_len))
+    prefill(bm, seq)
+    answers = []
+    while True:
+        seq.append_token(7)
+        answers.append(bool(bm.can_append(seq)))
+        if not answers[-1] or len(answers) > 8:
+            break
+        bm.may_append(seq)
+        bm.mark_computed(seq, 1)
+    grows = num_blocks * block_size - prompt_len          # tokens that still find a slot
+    assert_same_list(f"can_append for each decode token (block size {block_size}, {prompt_len}-token prompt, "
+                     f"{num_blocks} blocks)", [True] * grows + [False], answers,
+                     label=lambda i: f"token {prompt_len + i}")
 
 
 # -- prefix caching --------------------------------------------------------------------------
@@ -334,6 +428,12 @@ def test_reused_block_loses_its_old_hash(impl):
     if reuse != 2 * BS:
         pytest.fail(f"a prompt Q X ... should hit b's two reused, recomputed blocks ({2 * BS} tokens), got {reuse}: "
                     "a block handed out again must be published with its new content", pytrace=False)
+    entries, hashed = len(bm.hash_to_block), [blk.block_id for blk in bm.blocks if blk.hash is not None]
+    if (entries, hashed) != (3, [0, 1, 2]):
+        pytest.fail(f"after b computed Q X P in a's old blocks: expected 3 entries in hash_to_block (b's three "
+                    f"blocks) and blocks [0, 1, 2] hashed, got {entries} entries and hashed blocks {hashed}: when a "
+                    "block is handed out again, the hash_to_block entry still pointing at it must go",
+                    pytrace=False)
     c = lab.seq(p + x + [9])
     bm.allocate(c)
     if c.num_cached_tokens != 0:
@@ -352,6 +452,10 @@ def test_prefix_caching_off_never_hits(impl):
     again = lab.seq(prompt)
     bm.allocate(again)
     assert_block_tables({"again": [3, 4, 5]}, {"again": again.block_table}, "with prefix caching disabled")
+    hashed = [blk.block_id for blk in bm.blocks if blk.hash is not None]
+    if bm.hash_to_block or hashed:
+        pytest.fail(f"with prefix caching disabled nothing is published: expected an empty hash_to_block and no "
+                    f"hashed block, got {len(bm.hash_to_block)} entries and hashed blocks {hashed}", pytrace=False)
 
 
 @pytest.mark.points(3)
@@ -438,7 +542,8 @@ def test_a_hash_collision_is_not_a_hit(impl, monkeypatch):
 def test_duplicate_publication_the_latest_block_wins(impl):
     """Two sequences admitted in the same step with the same prompt both compute it (neither could hit the
     other yet), so two blocks publish one hash. The rule: the latest publication wins, and hash_to_block
-    points at the block computed last. A later prompt hits that one.
+    points at the block computed last. A later prompt hits that one. A block is published once, when it
+    fills: a's later decode steps publish only the block they fill, never a's earlier blocks again.
     """
     lab = Lab(impl)
     bm = lab.manager(10)
@@ -448,11 +553,14 @@ def test_duplicate_publication_the_latest_block_wins(impl):
     bm.allocate(b)                      # b = [3, 4, 5]
     bm.mark_computed(a, len(a))
     bm.mark_computed(b, len(b))         # b publishes the same two hashes last
+    for token in (70, 71, 72):
+        decode(bm, a, token)            # a's token 11 fills block 2: published; blocks 0 and 1 are not again
     c = lab.seq(prompt + [7])
     bm.allocate(c)
     assert_block_tables({"a": [0, 1, 2], "b": [3, 4, 5], "c": [3, 4, 6]},
                         {"a": a.block_table, "b": b.block_table, "c": c.block_table},
-                        "(c must hit b's blocks: the latest block to publish a hash is the one the cache keeps)")
+                        "(c must hit b's blocks: the latest block to publish a hash is the one the cache keeps, "
+                        "and a's decode steps publish only the block they fill)")
 
 
 @pytest.mark.points(3)
@@ -481,6 +589,38 @@ def test_reusing_a_block_keeps_another_blocks_hash_entry(impl):
     if cached != 2 * BS:
         pytest.fail(f"c = a's prompt + [9] should still hit b's two cached blocks ({2 * BS} tokens), got {cached}: "
                     "reusing a's old block deleted a hash entry that belongs to b's block", pytrace=False)
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab2.prefix_hits", "lab2.take_free_block")
+def test_a_prefix_hit_stops_at_the_first_miss(impl):
+    """Hits are the *leading* cached blocks: after the first miss nothing counts, even a later block whose
+    chained hash is still in the cache (its K/V would sit after a block the sequence must recompute).
+
+    a = P X 1 and b = P 5 computed in the same step: a = [0, 1, 2], b = [3, 4]; b published P last, so the
+    cache maps P -> 3 and P X -> 1. Both freed: free list 4, 3, 2, 1, 0. d takes 4 and 3: reusing 3 drops
+    the P entry. c = P X 9: its first block misses, so c hits nothing, even though P X -> 1 is still there,
+    and gets fresh blocks 2, 1, 0.
+    """
+    lab = Lab(impl)
+    bm = lab.manager(5)
+    p, x = tokens(0, BS), tokens(100, BS)
+    a, b = lab.seq(p + x + [1]), lab.seq(p + [5])
+    bm.allocate(a)
+    bm.allocate(b)
+    bm.mark_computed(a, len(a))
+    bm.mark_computed(b, len(b))
+    bm.deallocate(b)
+    bm.deallocate(a)
+    prefill(bm, lab.seq(tokens(500, 2 * BS)))
+    c = lab.seq(p + x + [9])
+    cached = bm.num_cached_tokens(c)
+    bm.allocate(c)
+    if cached or c.num_cached_tokens:
+        pytest.fail(f"c = P X 9: its first block P is no longer cached (block 3 was reused), so it hits nothing; "
+                    f"got {max(cached, c.num_cached_tokens)} cached tokens (table {c.block_table}): stop the walk "
+                    "at the first block that misses", pytrace=False)
+    assert_block_tables({"c": [2, 1, 0]}, {"c": c.block_table}, "(a miss on the first block: all fresh blocks)")
 
 
 # -- the block manager inside the engine ------------------------------------------------------------

@@ -147,6 +147,21 @@ def test_no_overtaking_when_kv_blocks_run_short(impl, config_only_model_dir):
     check_schedule(["prefill A:8", "decode A", "decode A", "prefill B:12 C:2"], sim.run(), "4 KV blocks")
 
 
+@pytest.mark.points(2)
+@pytest.mark.covers("lab3.admit")
+def test_no_overtaking_when_the_token_budget_runs_short(impl, config_only_model_dir):
+    """Budget 16. A: 10 tokens, B: 8, C: 4, one output token each.
+
+    step 0: A (10); B (8) does not fit the 6 left, so B waits, and C, which would fit, waits behind B
+    (first come, first served holds for the token budget as for KV blocks);  step 1: B and C together.
+    """
+    sim = Sim(impl, config_only_model_dir, 32, max_num_batched_tokens=16, max_model_len=16)
+    sim.add("A", 10, 1, first_token=100)
+    sim.add("B", 8, 1, first_token=200)
+    sim.add("C", 4, 1, first_token=300)
+    check_schedule(["prefill A:10", "prefill B:8 C:4"], sim.run(), "budget 16: C must not overtake B")
+
+
 @pytest.mark.points(3)
 @pytest.mark.covers("lab3.admit")
 def test_token_budget_counts_only_uncached_tokens(impl, config_only_model_dir):

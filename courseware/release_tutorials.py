@@ -1,0 +1,114 @@
+"""The tutorials a lab's release ships, in a form that runs on the release's own engine.
+
+The course's tutorials import the reference engine (`from reference import
+LLM`). A release has no `reference/`: its engine is `student_exercises/`
+(earlier labs' solutions, the student's regions, later labs' stand-ins). So a
+release ships the student edition of each tutorial of its lab and the earlier
+labs, with the code cells' `reference` imports pointed at `student_exercises`
+by the rewrite that makes `student_exercises/` itself
+(`courseware.exercises.rewrite_imports`).
+
+We chose rewriting at release time over a shim module that tutorials import
+through: the course's notebooks keep the plain imports the lectures show, and
+nothing in a release can fall back to a solution. The price: a release's
+notebooks differ from the course's in their import lines, and a tutorial may
+name the package `reference` only in import statements (anything else is
+listed by `leftover_references` and fails tests/test_release_tutorials.py).
+
+A tutorial that does not run on some release's engine is left out of that
+release, and the release README says why (`LEFT_OUT`); a later lab's
+tutorial is not shipped, since it teaches a part the release runs on a stand-in.
+"""
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from courseware.editions import edition
+from courseware.exercises import LABS, rewrite_imports
+
+# Tutorial number -> the lab whose lecture it belongs to (docs/labs.md, the lab map; lab5's are in no release).
+TUTORIAL_LAB = {"01": "lab1", "02": "lab1", "03": "lab3", "04": "lab2", "05": "lab2", "06": "lab4",
+                "07": "lab4", "08": "lab5", "09": "lab5"}
+_NO_PREEMPTION = ("its timeline and asserts need preemptions, and this release's stand-in scheduler (lab 3's "
+                  "part) reserves every request's blocks up front and never preempts; it runs in the lab 4 "
+                  "release")
+_NO_BATCHING = ("its measurement of decode step time against batch size needs the batched model runner "
+                "(lab 4's part), and this release's stand-in runner computes one sequence at a time; it runs in "
+                "the lab 4 release")
+# (tutorial number, release lab) -> why that release leaves the tutorial out although it is the lab's or earlier.
+LEFT_OUT = {("02", "lab1"): _NO_PREEMPTION, ("02", "lab2"): _NO_PREEMPTION, ("02", "lab3"): _NO_BATCHING}
+
+
+def tutorial_number(path: Path) -> str:
+    """"04" for tutorials/Tutorial_04_paged_kv.ipynb."""
+    return path.stem.split("_")[1]
+
+
+def _lab_index(lab: str) -> int:
+    order = [*LABS, "lab5"]
+    if lab not in order:
+        raise ValueError(f"unknown lab {lab!r}; choose one of {', '.join(order)}")
+    return order.index(lab)
+
+
+def tutorials_for(lab: str, root: Path) -> tuple[list[Path], dict[str, str]]:
+    """(the notebooks lab `lab`'s release ships, {notebook name: why it is not shipped}) for every tutorial."""
+    shipped: list[Path] = []
+    absent: dict[str, str] = {}
+    for path in sorted((root / "tutorials").glob("Tutorial_*.ipynb")):
+        number = tutorial_number(path)
+        if number not in TUTORIAL_LAB:
+            raise ValueError(f"{path.name}: no lab for tutorial {number} in courseware/release_tutorials.py "
+                             "TUTORIAL_LAB; add it")
+        owner = TUTORIAL_LAB[number]
+        if _lab_index(owner) > _lab_index(lab):
+            absent[path.name] = f"it belongs to {owner}, a later lab"
+        elif (number, lab) in LEFT_OUT:
+            absent[path.name] = LEFT_OUT[number, lab]
+        else:
+            shipped.append(path)
+    return shipped, absent
+
+
+def _source(cell) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def release_notebook(path: Path) -> dict:
+    """The student edition of a tutorial, its code cells importing `student_exercises` instead of `reference`."""
+    nb = edition(json.loads(path.read_text(encoding="utf-8")), "student")
+    for cell in nb["cells"]:
+        if cell.get("cell_type") == "code":
+            cell["source"] = rewrite_imports(_source(cell))
+    return nb
+
+
+def leftover_references(nb: dict) -> list[str]:
+    """Code lines that still use the name `reference` (outside strings and comments) after the rewrite."""
+    found = []
+    for index, cell in enumerate(nb["cells"]):
+        if cell.get("cell_type") != "code":
+            continue
+        source = _source(cell)
+        python = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+        for node in ast.walk(ast.parse(python)):
+            named = (isinstance(node, ast.Name) and node.id == "reference") or (
+                isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                    (alias.name.split(".")[0] == "reference") for alias in getattr(node, "names", []))) or (
+                isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "reference")
+            if named:
+                found.append(f"cell {index}, line {node.lineno}: {python.splitlines()[node.lineno - 1].strip()}")
+    return found
+
+
+def copy_tutorials(root: Path, out: Path, lab: str) -> tuple[list[str], dict[str, str]]:
+    """Write lab `lab`'s tutorials into out/tutorials/; return (names shipped, {name: why left out})."""
+    shipped, absent = tutorials_for(lab, root)
+    for path in shipped:
+        dest = out / "tutorials" / path.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(json.dumps(release_notebook(path), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return [p.name for p in shipped], absent
