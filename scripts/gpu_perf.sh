@@ -4,6 +4,7 @@
 #   OUT=/dir bash scripts/gpu_perf.sh tests profile both3      # call 3: GPU tests, decode profile, bench-256 x3
 #   OUT=/dir bash scripts/gpu_perf.sh hf                        # call 4: bench-256 async, then transformers
 #   OUT=/dir bash scripts/gpu_perf.sh tests both3 profile      # call 5: fused elementwise ops (residual stream)
+#   OUT=/dir bash scripts/gpu_perf.sh tests both3              # call 6: + longest-first decode order
 # Each part has its own time limit, so one hang cannot take the whole call.
 # INFERLAB_CACHE is left to its default: the random model and tiny model are built there once.
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
