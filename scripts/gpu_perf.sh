@@ -3,8 +3,11 @@
 #   OUT=/dir bash scripts/gpu_perf.sh splits gap both1          # call 2: graph-timed sweep, step gap, one bench
 #   OUT=/dir bash scripts/gpu_perf.sh tests profile both3      # call 3: GPU tests, decode profile, bench-256 x3
 #   OUT=/dir bash scripts/gpu_perf.sh hf                        # call 4: bench-256 async, then transformers
+#   OUT=/dir bash scripts/gpu_perf.sh tests both3 profile      # call 5: fused elementwise ops (residual stream)
+#   OUT=/dir bash scripts/gpu_perf.sh tests both3              # call 6: + longest-first decode order
 # Each part has its own time limit, so one hang cannot take the whole call.
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 INFERLAB_CACHE=/tmp/inferlab-cache
+# INFERLAB_CACHE is left to its default: the random model and tiny model are built there once.
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,utilization.gpu --format=csv | tee -a "$OUT/gpu.txt"
 cat COMMIT 2>/dev/null | tee -a "$OUT/gpu.txt"
@@ -16,7 +19,7 @@ for part in "$@"; do
     splits) timeout 200 python3 scripts/decode_splits.py --out "$OUT/splits.json" 2>&1 | tee "$OUT/splits.txt" | tail -14 ;;
     tests)
       timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py \
-        tests/test_async_scheduling.py --device cuda --tb=short -x 2>&1 | tee "$OUT/tests.txt" | tail -4 ;;
+        tests/test_async_scheduling.py tests/test_fused_ops.py --device cuda --tb=short 2>&1 | tee "$OUT/tests.txt" | tail -4 ;;
     both1) timeout 200 "${BENCH[@]}" --scheduling both --out "$OUT/bench256_both_0.json" 2>&1 | tail -16 ;;
     both3) for i in 1 2 3; do timeout 150 "${BENCH[@]}" --scheduling both --out "$OUT/bench256_both_$i.json" 2>&1 | tail -14; done ;;
     profile) timeout 200 python3 scripts/profile_decode.py --steps 20 2>&1 | tee "$OUT/profile.txt" | tail -45 ;;

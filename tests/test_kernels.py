@@ -83,6 +83,47 @@ def test_interpreted_decode_zero_length_rows_are_zero(interpreted_kernels):
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("how", ["longest_first", "random"])
+def test_interpreted_ordered_decode_matches_oracle_in_row_order(interpreted_kernels, how):
+    """Scheduling rows in another order (programs take row order[p // kv_heads]) leaves each row's output."""
+    _, paged_decode = interpreted_kernels
+    for seed in range(2):
+        q, kc, vc, tables, lens = random_paged_case(6, 8, 2, 16, 4, torch.float32, "cpu", seed)
+        lens[3] = 0                                  # a padding row, sorted last
+        if how == "longest_first":
+            order = paged_decode.longest_first(lens)
+            assert lens[order].tolist() == sorted(lens.tolist(), reverse=True)
+        else:
+            order = torch.randperm(6, generator=torch.Generator().manual_seed(seed))
+        got = paged_decode.paged_decode_attention(q, kc, vc, tables, lens, 0.25, block_n=8, splits=1, order=order)
+        want = oracle_decode(q, kc, vc, tables, lens, 0.25)
+        real = lens > 0                              # the oracle has no answer (NaN) for an empty row
+        assert rel_err(got[real], want[real]) < REL_TOL[torch.float32], f"seed {seed}"
+        assert torch.equal(got[3], torch.zeros_like(got[3]))
+
+
+def test_interpreted_order_of_the_wrong_length_is_refused(interpreted_kernels):
+    _, paged_decode = interpreted_kernels
+    q, kc, vc, tables, lens = random_paged_case(4, 4, 2, 16, 4, torch.float32, "cpu", 0)
+    with pytest.raises(ValueError, match="one index per row"):
+        paged_decode.paged_decode_attention(q, kc, vc, tables, lens, 0.25, splits=1, order=torch.arange(3))
+
+
+def test_triton_backend_plans_decode_rows_longest_first(interpreted_kernels):
+    """plan() sorts a decode step's rows once for every layer; a prefill's metadata passes through unchanged."""
+    from reference.layers.attention import TritonAttentionBackend
+    backend = TritonAttentionBackend()
+    lens = torch.tensor([5, 300, 0, 17, 300, 64])
+    meta = AttentionMetadata(False, torch.full((6,), -1), torch.zeros(6, 1, dtype=torch.int64), lens)
+    planned = backend.plan(meta)
+    assert meta.decode_order is None, "plan must not change the caller's metadata"
+    assert sorted(planned.decode_order.tolist()) == list(range(6))
+    assert lens[planned.decode_order].tolist() == [300, 300, 64, 17, 5, 0]
+    prefill = AttentionMetadata(True, torch.zeros(3, dtype=torch.int64), torch.zeros(1, 1, dtype=torch.int64),
+                                torch.tensor([3]))
+    assert backend.plan(prefill) is prefill
+
+
 @pytest.mark.parametrize("splits", [2, 4, 8])
 @pytest.mark.parametrize("q_heads, kv_heads, head_dim, page, block_n", [(4, 2, 16, 4, 8), (16, 2, 64, 16, 16)])
 def test_interpreted_split_decode_matches_oracle(interpreted_kernels, splits, q_heads, kv_heads, head_dim, page,
@@ -149,6 +190,20 @@ def test_gpu_decode_matches_oracle(dtype, q_heads, kv_heads, page):
         want = oracle_decode(q.float(), kc.float(), vc.float(), tables, lens, 128 ** -0.5)
         got = paged_decode_attention(q, kc, vc, tables, lens, 128 ** -0.5)
         assert rel_err(got, want) < REL_TOL[dtype], f"seed {seed}: {rel_err(got, want):.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_longest_first_decode_matches_oracle(dtype):
+    from reference.kernels.paged_decode import longest_first, paged_decode_attention
+    for seed in range(3):
+        q, kc, vc, tables, lens = random_paged_case(64, 16, 8, 128, 16, dtype, "cuda", seed)
+        lens[5] = 0
+        want = oracle_decode(q.float(), kc.float(), vc.float(), tables, lens, 128 ** -0.5)
+        got = paged_decode_attention(q, kc, vc, tables, lens, 128 ** -0.5, splits=1, order=longest_first(lens))
+        real = lens > 0                              # the oracle has no answer (NaN) for an empty row
+        assert rel_err(got[real], want[real]) < REL_TOL[dtype], f"seed {seed}: {rel_err(got[real], want[real]):.2e}"
+        assert torch.equal(got[5], torch.zeros_like(got[5]))
 
 
 @pytest.mark.gpu

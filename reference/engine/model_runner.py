@@ -286,10 +286,13 @@ class ModelRunner:
             meta = AttentionMetadata(is_prefill=False, slot_mapping=s["slot_mapping"][:batch],
                                      block_tables=s["block_tables"][:batch], context_lens=s["context_lens"][:batch],
                                      max_seqlen_q=1, max_seqlen_k=self.config.max_model_len)
-            s["hidden"][:batch] = self.model(s["input_ids"][:batch], s["positions"][:batch], meta)  # warm-up
+            # plan() inside the capture: its per-step work (e.g. sorting rows) replays with the graph.
+            s["hidden"][:batch] = self.model(s["input_ids"][:batch], s["positions"][:batch],
+                                             self.backend.plan(meta))  # warm-up
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool):
-                s["hidden"][:batch] = self.model(s["input_ids"][:batch], s["positions"][:batch], meta)
+                s["hidden"][:batch] = self.model(s["input_ids"][:batch], s["positions"][:batch],
+                                                 self.backend.plan(meta))
             pool = graph.pool() if pool is None else pool
             self.graphs[batch] = graph
 
@@ -342,7 +345,7 @@ class ModelRunner:
         """A decode batch through its captured graph when one fits, else eagerly."""
         if self.graphs and input_ids.shape[0] <= max(self.graphs):
             return self._replay_decode_graph(input_ids, positions, meta)
-        return self.model(input_ids, positions, meta)
+        return self.model(input_ids, positions, self.backend.plan(meta))
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int | None]:

@@ -11,7 +11,7 @@ the faster backends are checked against, and it runs on CPU and CUDA alike.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -28,6 +28,7 @@ class AttentionMetadata:
     max_seqlen_k: int = 0
     has_cached_prefix: bool = False  # prefill: does any sequence attend to K/V computed in earlier steps?
     num_context_tokens: int = 0      # prefill: sum of context_lens (sizes the gathered K/V)
+    decode_order: torch.Tensor | None = None  # decode: rows in the order a kernel should run them (backend.plan)
 
 
 def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -60,6 +61,10 @@ class TorchAttentionBackend:
     """Pure-PyTorch paged attention: per-sequence loop for prefill, padded batch for decode."""
 
     name = "torch"
+
+    def plan(self, meta: AttentionMetadata) -> AttentionMetadata:
+        """Work done once per decode step for all layers (see TritonAttentionBackend.plan); none here."""
+        return meta
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                 v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
@@ -111,14 +116,26 @@ class TritonAttentionBackend:
 
     def __init__(self):
         from reference.kernels.kv_store import store_kvcache_triton
-        from reference.kernels.paged_decode import paged_decode_attention
+        from reference.kernels.paged_decode import longest_first, paged_decode_attention
         self.store = store_kvcache_triton
         self.decode = paged_decode_attention
+        self.longest_first = longest_first
+
+    def plan(self, meta: AttentionMetadata) -> AttentionMetadata:
+        """Decode: sort the rows longest context first, once per step for every layer's kernel.
+
+        The model runner calls this inside each CUDA graph it captures, so the
+        sort is replayed with the graph on every step's context lengths.
+        """
+        if meta.is_prefill:
+            return meta
+        return replace(meta, decode_order=self.longest_first(meta.context_lens))
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         self.store(k, v, k_cache, v_cache, meta.slot_mapping)
         if not meta.is_prefill:
-            return self.decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale)
+            return self.decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale,
+                               order=meta.decode_order)
         if q.dtype == torch.float32:
             return TorchAttentionBackend()._prefill(q, k_cache, v_cache, meta, scale)
         if meta.has_cached_prefix:
@@ -163,6 +180,9 @@ class FlashAttnBackend:
         from reference.kernels.kv_store import store_kvcache_triton
         self.flash_attn = flash_attn
         self.store = store_kvcache_triton
+
+    def plan(self, meta: AttentionMetadata) -> AttentionMetadata:
+        return meta
 
     def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
         self.store(k, v, k_cache, v_cache, meta.slot_mapping)

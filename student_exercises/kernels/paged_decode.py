@@ -14,6 +14,15 @@ programs, each over one contiguous slice of the context, writing an
 unnormalised partial output with its running max and sum; a second small
 kernel merges the slices (rescaling each by exp(m_s - max_s m_s)). How many
 splits a batch gets is `num_splits`, a rule measured on the GPU.
+
+Longest first: without splits, a program's work is its sequence's context,
+which in a running batch spans 100 to 2,000+ tokens. The GPU starts programs
+in grid order as earlier ones finish, so a long context that starts late runs
+on while most multiprocessors idle (a tail). Given `order`, the rows sorted by
+context length (`longest_first`, once per step), program p takes row
+order[p // kv_heads] and KV head p % kv_heads: the longest rows start first,
+all their heads together, and the short ones fill the gaps at the end, the
+classic longest-processing-time rule of list scheduling.
 """
 from __future__ import annotations
 
@@ -52,12 +61,18 @@ def _attend_range(q, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head, l
 
 
 @triton.jit
-def _paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, out_ptr, scale,
-                         stride_qt, stride_qh, stride_cb, stride_cs, stride_ch, stride_bt, stride_ot, stride_oh,
+def _paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, order_ptr, out_ptr,
+                         scale, stride_qt, stride_qh, stride_cb, stride_cs, stride_ch, stride_bt, stride_ot, stride_oh,
                          GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
-    seq = tl.program_id(0)
-    kv_head = tl.program_id(1)
+                         PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+                         KV_HEADS: tl.constexpr, ORDERED: tl.constexpr):
+    """Program p: KV head p % KV_HEADS of row p // KV_HEADS, or of row order[p // KV_HEADS] if ORDERED."""
+    rank = tl.program_id(0) // KV_HEADS
+    kv_head = tl.program_id(0) % KV_HEADS
+    if ORDERED:
+        seq = tl.load(order_ptr + rank)
+    else:
+        seq = rank
     context_len = tl.load(context_lens_ptr + seq)
     offs_h = tl.arange(0, BLOCK_H)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -147,16 +162,28 @@ def num_splits(batch: int, kv_heads: int) -> int:
     return 1
 
 
+def longest_first(context_lens: torch.Tensor) -> torch.Tensor:
+    """Row indices by context length, longest first: the `order` for `paged_decode_attention`.
+
+    One sort per decode step, shared by every layer (the backend's `plan`),
+    because a sort per layer would cost about what the ordering saves.
+    """
+    return torch.argsort(context_lens, descending=True)
+
+
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
                            block_n: int = 128, num_warps: int = 4, num_stages: int = 2,
-                           splits: int | None = None) -> torch.Tensor:
+                           splits: int | None = None, order: torch.Tensor | None = None) -> torch.Tensor:
     """q: [batch, q_heads, head_dim]; caches: [num_blocks, page_size, kv_heads, head_dim].
 
     block_n 128 / 4 warps / 2 stages: the fastest of ten configurations swept on an
     H100 at batch 256 (scripts/profile_decode.py; docs/performance.md).
     `splits`: slices of the context per (sequence, KV head), a power of two;
     None picks `num_splits(batch, kv_heads)`.
+    `order`: a permutation of the rows (`longest_first`) in which the unsplit
+    kernel schedules them; the output is in row order either way. Split
+    batches ignore it (their slices already even out the work).
     """
     batch, q_heads, head_dim = q.shape
     _, page_size, kv_heads, _ = k_cache.shape
@@ -171,10 +198,13 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                  PAGE_SIZE=page_size, BLOCK_N=block_n, PRECISION=precision, num_warps=num_warps,
                  num_stages=num_stages)
     if splits == 1:
-        _paged_decode_kernel[(batch, kv_heads)](
-            q, k_cache, v_cache, block_tables, context_lens, out, scale,
+        if order is not None and order.shape != (batch,):
+            raise ValueError(f"order must hold one index per row ({batch}), got shape {tuple(order.shape)}")
+        _paged_decode_kernel[(batch * kv_heads,)](
+            q, k_cache, v_cache, block_tables, context_lens, context_lens if order is None else order, out, scale,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            block_tables.stride(0), out.stride(0), out.stride(1), **shape)
+            block_tables.stride(0), out.stride(0), out.stride(1), KV_HEADS=kv_heads, ORDERED=order is not None,
+            **shape)
         return out
     part_acc = torch.empty(batch, q_heads, splits, head_dim, dtype=torch.float32, device=q.device)
     part_ml = torch.empty(batch, q_heads, splits, 2, dtype=torch.float32, device=q.device)

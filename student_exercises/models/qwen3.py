@@ -44,17 +44,43 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rms_norm(x + residual), x + residual): a block's residual add and the next norm.
+
+    The sum is rounded to x's dtype before it is normalized, as the unfused
+    `h = x + residual; rms_norm(h)` does, so eagerly the result is the same bits.
+    """
+    x = x + residual
+    return rms_norm(x, weight, eps), x
+
+
+def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
+                 cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen3's per-head RMSNorm of q and k, then RoPE on both: [tokens, heads, head_dim] each."""
+    return apply_rope(rms_norm(q, q_weight, eps), cos, sin), apply_rope(rms_norm(k, k_weight, eps), cos, sin)
+
+
 class ElementwiseOps:
     """The small elementwise functions a layer calls, swappable as a set.
 
     Eager PyTorch runs each of them as several tiny kernels; on a GPU that is
     ~60 launches per layer, which cost a third of a decode step at batch 256.
     `fused()` returns the same functions compiled by torch.compile, each one
-    fused Triton kernel; the math is unchanged.
+    fused Triton kernel (one per output shape); the math is unchanged.
+
+    The functions are cut so that each compiled one covers everything between
+    two GEMMs: a residual add with the norm after it (`add_rms_norm`), and the
+    q/k norms with RoPE (`qk_norm_rope`). In a decode step these kernels move a
+    few hundred KB each, so each costs about a launch, not its bytes: fewer,
+    larger fused functions mean fewer launches per layer. The price is a wider
+    interface: a layer hands its residual stream to the next one separately.
     """
 
-    def __init__(self, rms_norm=rms_norm, apply_rope=apply_rope, silu_and_mul=silu_and_mul):
-        self.rms_norm, self.apply_rope, self.silu_and_mul = rms_norm, apply_rope, silu_and_mul
+    def __init__(self, rms_norm=rms_norm, add_rms_norm=add_rms_norm, qk_norm_rope=qk_norm_rope,
+                 silu_and_mul=silu_and_mul):
+        self.rms_norm, self.add_rms_norm = rms_norm, add_rms_norm
+        self.qk_norm_rope, self.silu_and_mul = qk_norm_rope, silu_and_mul
 
     @staticmethod
     def fused() -> "ElementwiseOps":
@@ -66,7 +92,8 @@ class ElementwiseOps:
         global _FUSED_OPS
         if _FUSED_OPS is None:
             compile_ = lambda fn: torch.compile(fn, dynamic=True)
-            _FUSED_OPS = ElementwiseOps(compile_(rms_norm), compile_(apply_rope), compile_(silu_and_mul))
+            _FUSED_OPS = ElementwiseOps(compile_(rms_norm), compile_(add_rms_norm), compile_(qk_norm_rope),
+                                        compile_(silu_and_mul))
         return _FUSED_OPS
 
 
@@ -81,8 +108,11 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.ops = EAGER_OPS
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ops.rms_norm(x, self.weight, self.eps)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """rms_norm(x); given the residual stream, (rms_norm(x + residual), x + residual)."""
+        if residual is None:
+            return self.ops.rms_norm(x, self.weight, self.eps)
+        return self.ops.add_rms_norm(x, residual, self.weight, self.eps)
 
 
 def rope_theta(cfg: dict) -> float:
@@ -139,10 +169,10 @@ class Qwen3Attention(nn.Module):
 
     def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = self.q_norm(q.view(-1, self.num_heads, self.head_dim))
-        k = self.k_norm(k.view(-1, self.num_kv_heads, self.head_dim))
+        q, k = self.ops.qk_norm_rope(q.view(-1, self.num_heads, self.head_dim),
+                                     k.view(-1, self.num_kv_heads, self.head_dim),
+                                     self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *rope)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
-        q, k = self.ops.apply_rope(q, *rope), self.ops.apply_rope(k, *rope)
         o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
         return self.o_proj(o.flatten(1))
 
@@ -167,9 +197,19 @@ class Qwen3DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
         self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
 
-    def forward(self, rope, x, meta):
-        x = x + self.self_attn(rope, self.input_layernorm(x), meta)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, rope, x, residual, meta):
+        """x: the previous block's output, not yet added to `residual`, the stream (None in layer 0).
+
+        Returns (this block's MLP output, the stream before it): each add is
+        left to the norm that follows it, so add and norm are one fused kernel.
+        The sums are the same as x + attn(norm(x)), then + mlp(norm(.)).
+        """
+        if residual is None:
+            h, residual = self.input_layernorm(x), x
+        else:
+            h, residual = self.input_layernorm(x, residual)
+        h, residual = self.post_attention_layernorm(self.self_attn(rope, h, meta), residual)
+        return self.mlp(h), residual
 
 
 class Qwen3Model(nn.Module):
@@ -184,9 +224,10 @@ class Qwen3Model(nn.Module):
     def forward(self, input_ids, positions, meta):
         x = self.embed_tokens(input_ids)
         rope = self.rotary(positions, x.dtype)   # shared by every layer
+        residual = None
         for layer in self.layers:
-            x = layer(rope, x, meta)
-        return self.norm(x)
+            x, residual = layer(rope, x, residual, meta)
+        return self.norm(x, residual)[0] if residual is not None else self.norm(x)
 
 
 class Qwen3ForCausalLM(nn.Module):

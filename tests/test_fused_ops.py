@@ -1,0 +1,116 @@
+"""The model's fused elementwise functions (reference.models.qwen3.ElementwiseOps).
+
+CPU: the decoder now hands its residual stream from block to block so that each
+residual add runs inside the norm after it (`add_rms_norm`), and q/k norms run
+with RoPE (`qk_norm_rope`). Eagerly that must be the same arithmetic as the
+textbook block, x + attn(norm(x)) then + mlp(norm(.)), so the check is bit for
+bit against that block written out here from the plain functions.
+GPU (`gpu` marker): the torch.compile'd set, which the engine uses on CUDA,
+against the eager set on fresh random inputs, within each dtype's rounding.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from reference.models import qwen3
+from reference.models.qwen3 import EAGER_OPS, ElementwiseOps, Qwen3Model, apply_rope, rms_norm
+
+CFG = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+           num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6, rope_theta=10_000.0)
+
+
+class StubAttention(torch.nn.Module):
+    """Stands in for attention (no KV cache needed): q, k after qk_norm_rope and v, mixed by one matrix."""
+
+    def __init__(self, attn: qwen3.Qwen3Attention, gen: torch.Generator, textbook: bool):
+        super().__init__()
+        self.attn, self.textbook = attn, textbook
+        self.mix = torch.randn(attn.q_size + 2 * attn.kv_size, attn.q_size, generator=gen) * 0.1
+
+    def forward(self, rope, x, meta):
+        a = self.attn
+        q, k, v = a.qkv_proj(x).split([a.q_size, a.kv_size, a.kv_size], dim=-1)
+        q, k = q.view(-1, a.num_heads, a.head_dim), k.view(-1, a.num_kv_heads, a.head_dim)
+        if self.textbook:      # the unfused order: norm each, then rotate each
+            q = apply_rope(rms_norm(q, a.q_norm.weight, a.q_norm.eps), *rope)
+            k = apply_rope(rms_norm(k, a.k_norm.weight, a.k_norm.eps), *rope)
+        else:
+            q, k = a.ops.qk_norm_rope(q, k, a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, *rope)
+        mixed = torch.cat([q.flatten(1), k.flatten(1), v], dim=-1) @ self.mix.to(x.dtype)
+        return a.o_proj(mixed)
+
+
+def random_model(dtype: torch.dtype, seed: int) -> Qwen3Model:
+    gen = torch.Generator().manual_seed(seed)
+    model = Qwen3Model(CFG)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.2 + (1.0 if p.ndim == 1 else 0.0))
+    return model.to(dtype)
+
+
+def textbook_forward(model: Qwen3Model, ids: torch.Tensor, positions: torch.Tensor, attns) -> torch.Tensor:
+    """Each block as first written: x = x + attn(norm(x)); x = x + mlp(norm(x)); then the final norm."""
+    x = model.embed_tokens(ids)
+    rope = model.rotary(positions, x.dtype)
+    for layer, attn in zip(model.layers, attns):
+        x = x + attn(rope, rms_norm(x, layer.input_layernorm.weight, layer.input_layernorm.eps), None)
+        x = x + layer.mlp(rms_norm(x, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.eps))
+    return rms_norm(x, model.norm.weight, model.norm.eps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_residual_stream_forward_is_the_textbook_block_bit_for_bit(dtype):
+    for seed in range(2):
+        model = random_model(dtype, seed)
+        gen = torch.Generator().manual_seed(100 + seed)
+        textbook = [StubAttention(layer.self_attn, gen, textbook=True) for layer in model.layers]
+        for layer, stub in zip(model.layers, textbook):
+            layer.self_attn = StubAttention(stub.attn, torch.Generator(), textbook=False)
+            layer.self_attn.mix = stub.mix
+        ids = torch.randint(0, CFG["vocab_size"], (11,), generator=gen)
+        positions = torch.randperm(200, generator=gen)[:11]
+        with torch.no_grad():
+            want = textbook_forward(model, ids, positions, textbook)
+            got = model(ids, positions, None)
+        assert got.dtype == dtype and torch.isfinite(got).all()
+        assert torch.equal(got, want), f"seed {seed}: max diff {float((got.float() - want.float()).abs().max())}"
+
+
+def test_norm_with_a_residual_returns_the_sum_it_normalized():
+    gen = torch.Generator().manual_seed(7)
+    x, r = torch.randn(5, 64, generator=gen), torch.randn(5, 64, generator=gen)
+    w = torch.rand(64, generator=gen) + 0.5
+    normed, total = EAGER_OPS.add_rms_norm(x, r, w, 1e-6)
+    assert torch.equal(total, x + r)
+    assert torch.equal(normed, rms_norm(x + r, w, 1e-6))
+
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1.6e-2}
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("tokens", [1, 37, 256])
+def test_gpu_compiled_ops_match_eager(dtype, tokens):
+    """Qwen3-0.6B's shapes (hidden 1024, 16/8 heads of 128); q and k as views into one qkv row, as in the model."""
+    fused = ElementwiseOps.fused()
+    gen = torch.Generator().manual_seed(tokens)
+    rnd = lambda *shape: torch.randn(*shape, generator=gen).to(dtype).cuda()
+    x, r, w = rnd(tokens, 1024), rnd(tokens, 1024), rnd(1024).abs() + 0.5
+    for got, want in zip(fused.add_rms_norm(x, r, w, 1e-6), EAGER_OPS.add_rms_norm(x, r, w, 1e-6)):
+        assert rel_err(got, want) < TOL[dtype]
+    q, k, _ = rnd(tokens, 4096).split([2048, 1024, 1024], dim=-1)
+    q, k = q.view(-1, 16, 128), k.view(-1, 8, 128)
+    rope = qwen3.RotaryEmbedding(128, 1e6)(torch.randint(0, 4096, (tokens,)).cuda(), dtype)
+    qw, kw = rnd(128).abs() + 0.5, rnd(128).abs() + 0.5
+    got = fused.qk_norm_rope(q, k, qw, kw, 1e-6, *rope)
+    want = EAGER_OPS.qk_norm_rope(q, k, qw, kw, 1e-6, *rope)
+    for g, e in zip(got, want):
+        assert g.shape == e.shape and torch.isfinite(g).all()
+        assert rel_err(g, e) < TOL[dtype]
