@@ -55,6 +55,8 @@ def test_committed_notebook_has_no_outputs_and_teaching_structure(path):
     assert answers and all("answer" in c.metadata.get("tags", []) for c in answers), "answers are tagged"
     assert nb.metadata["inferlab"]["title"], "the title names the PDF"
     assert 'device="auto"' in "".join(c.source for c in code), "tutorials use the GPU when there is one"
+    math = [c.source[:80] for c in nb.cells if c.cell_type == "markdown" and re.search(r"\$[^$\s][^$]*\$", c.source)]
+    assert not math, f"LaTeX math ($...$) prints as raw text: the offline build has no math renderer: {math}"
 
 
 @pytest.mark.slow

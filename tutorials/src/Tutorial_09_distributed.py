@@ -58,12 +58,12 @@ print("TP device:", TP_DEVICE)
 #
 # 每一步：rank 0 调度 → 把 batch **广播** 给其它 rank → 每个 rank 算自己那份 → 在 all-reduce 处会合 → rank 0 采样。
 #
-# 多卡的三种切法，切的东西不同，每一步要通信的东西也不同（$L$ 层，hidden 维 $h$，每个值 $b$ 字节，$N$ 份）：
+# 多卡的三种切法，切的东西不同，每一步要通信的东西也不同（*L* 层，hidden 维 *h*，每个值 *b* 字节，*N* 份）：
 #
 # | 方式 | 切什么 | 每张卡上有什么 | 每个 token 的通信 | 本引擎 |
 # | --- | --- | --- | --- | --- |
-# | TP（tensor parallel） | 每层的权重矩阵 | 每层 1/N 的权重、1/N 的 KV heads | 每层 2 次 all-reduce，各 $h \cdot b$ 字节（再加 embedding 1 次） | 实现（第 3 节实测） |
-# | PP（pipeline parallel） | 层：每卡连续 $L/N$ 层 | 自己那几层的全部权重和 KV | 每个 stage 边界发一次激活，$h \cdot b$ 字节 | 未实现，只给公式 |
+# | TP（tensor parallel） | 每层的权重矩阵 | 每层 1/N 的权重、1/N 的 KV heads | 每层 2 次 all-reduce，各 *h*·*b* 字节（再加 embedding 1 次） | 实现（第 3 节实测） |
+# | PP（pipeline parallel） | 层：每卡连续 *L*/*N* 层 | 自己那几层的全部权重和 KV | 每个 stage 边界发一次激活，*h*·*b* 字节 | 未实现，只给公式 |
 # | DP（data parallel，多副本） | 请求 | 完整模型的一份副本，自己的 scheduler 和 KV | 每步不通信，只有请求路由 | 未实现：就是开 N 个 `LLM` |
 #
 # 所以 TP 的通信量随层数增长、每层都要同步，适合机内高带宽互联（NVLink）；PP 每 token 只在边界传一次，但要靠 micro-batch
@@ -234,7 +234,7 @@ for e in received:
 # %% [markdown]
 # **每个 token 的 KV 有多大**，从模型配置就能算出来：K 和 V 各一份，每层、每个 KV head 一个 `head_dim` 长的向量：
 #
-# $$\text{KV bytes / token} = 2 \times L \times n_{kv} \times d_{head} \times \text{dtype bytes}$$
+# **KV bytes / token = 2 × L × n_kv × d_head × dtype bytes**
 #
 # 传输按整 block 进行，所以一次传输的字节数应当正好是 `blocks × block_size × 每 token 字节数`。下面用配置算出的数字去核对每一次实测传输。
 
@@ -276,8 +276,7 @@ print(f"TTFT（prefill 进程测得）中位数 {np.median(ttft) * 1e3:.1f} ms�
 # 传输不拖慢系统的条件是：传一个 token 的 KV 比 prefill 算一个 token 快，这样 prefill 节点算下一个请求时，上一个请求的 KV
 # 已经在路上，链路不成为瓶颈：
 #
-# $$\frac{\text{KV bytes / token}}{\text{带宽}} < \text{prefill 每 token 的时间} \quad\Longleftrightarrow\quad
-#   \text{带宽} > \frac{\text{KV bytes / token}}{\text{prefill 每 token 的时间}}$$
+# **KV bytes / token ÷ 带宽 < prefill 每 token 的时间**，即 **带宽 > KV bytes / token ÷ prefill 每 token 的时间**
 #
 # 下面用本次运行实测的 prefill 步时间（prefill 进程 log 里 `STEP` 到同一步 `FIRST_TOKEN` 的时间）和实测的传输，
 # 算出 tiny model 在 CPU 上的临界带宽和实测的有效带宽。
