@@ -18,6 +18,9 @@ import pytest
 from courseware import pdf
 from courseware.build import build_assignment, build_tutorial, find_tutorials
 from courseware.editions import edition
+from courseware.exercises import LABS
+from courseware.labs import all_labs
+from courseware.release_tutorials import TUTORIAL_LAB, tutorial_number, tutorials_for
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMED_BY_LECTURES = {"Tutorial_02_lifecycle": "Tutorial_02_请求生命周期与PrefillDecode",
@@ -105,8 +108,14 @@ def test_assignment_package_is_per_term_and_public_only(tmp_path):
     assert (target / "lab5_performance" / "lab5_run.py").is_file()     # the handout's commands need it
     private = {"hidden", "golden.json", "bugzoo", "private", "reference", "src"}
     assert not [p for p in target.rglob("*") if p.name in private]
-    notebooks = sorted((target / "lab1_lifecycle" / "tutorials").glob("Tutorial_*.ipynb"))
-    assert len(notebooks) == len(find_tutorials(ROOT))
+    notebooks = []
+    for lab in all_labs(ROOT):                          # each release ships the tutorials its lab may run
+        shipped = sorted(p.name for p in (target / lab.folder.name / "tutorials").glob("Tutorial_*.ipynb"))
+        expected = sorted(p.name for p in tutorials_for(lab.lab_id, ROOT)[0]) if lab.lab_id in LABS else []
+        assert shipped == expected, lab.lab_id
+        notebooks += sorted((target / lab.folder.name / "tutorials").glob("Tutorial_*.ipynb"))
+    owners_with_releases = {p.name for p in find_tutorials(ROOT) if TUTORIAL_LAB[tutorial_number(p)] in LABS}
+    assert {p.name for p in notebooks} == owners_with_releases, "every lab 1-4 tutorial reaches its students"
     for path in notebooks:                              # the student cut: exercises, no answers
         nb = nbformat.read(path, as_version=4)
         text = "".join(c.source for c in nb.cells)
