@@ -169,3 +169,15 @@ def test_tpot_of_a_two_token_request(impl):
                                   ev("FREED", 0, 1, 2.25, blocks_freed=1)]
     m = metrics_of(impl, log)[0]
     check_metric("tpot", m.tpot, (2.25 - 2.0) / (2 - 1), "(FINISHED 2.25 - FIRST_TOKEN 2.0) / (2 tokens - 1)")
+
+
+@pytest.mark.points(1)
+def test_output_tokens_are_counted_from_token_events(impl):
+    """A request still decoding has no FINISHED yet: its output tokens are its token events (FIRST_TOKEN + TOKENs)."""
+    log = simple_request(3)[:11]     # three tokens (2.0, 2.25, 2.75), FINISHED not logged yet
+    m = metrics_of(impl, log)[3]
+    if m.num_output_tokens != 3:
+        pytest.fail(f"num_output_tokens of a request still running: expected 3 (FIRST_TOKEN and two TOKENs), got "
+                    f"{m.num_output_tokens!r}", pytrace=False)
+    assert_same_list("itls of a request still running", [0.25, 0.5], list(m.itls))
+    check_metric("e2e of a request still running", m.e2e, None, "it has not FINISHED")

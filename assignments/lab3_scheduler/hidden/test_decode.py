@@ -47,3 +47,31 @@ def test_preempted_prefix_hits_on_reprefill(observe):
     sim.add("a", tokens(0, 9), max_tokens=6)
     sim.add("b", tokens(200, 9), max_tokens=6)
     sim.run(observe, max_steps=40)
+
+
+def test_a_request_preempted_twice_counts_both(observe):
+    """num_preemptions counts every preemption: c gives way twice (block size 2, six blocks)."""
+    sim = SchedulerDriver(num_blocks=6, block_size=2, max_num_seqs=3, max_num_batched_tokens=16, max_model_len=16)
+    for i, (name, max_tokens) in enumerate(zip("abcd", (3, 6, 6, 3))):
+        sim.add(name, tokens(37 * i + 1, 3), max_tokens=max_tokens)
+    sim.run(observe, max_steps=30)
+
+
+def test_eviction_goes_on_while_the_victim_frees_no_block(observe):
+    """r shares both of v's blocks and is retired (its last token in flight), so it keeps them: evicting v
+    frees nothing, and a, still without a slot and with nobody left to evict, preempts itself; b decodes."""
+    sim = SchedulerDriver(num_blocks=6, block_size=2, max_num_seqs=4)
+    sim.add("b", tokens(300, 3), max_tokens=5)
+    sim.add("a", tokens(0, 2), max_tokens=5)
+    sim.add("v", tokens(100, 4), max_tokens=5)
+    observe("first step", sim.step())
+    sim.add("r", tokens(100, 4) + [7], max_tokens=5)
+    observe("second step", sim.step())
+    sim.scheduler.retire(sim.seqs["r"])
+    try:
+        observe("third step", sim.step())
+    except Exception as err:  # noqa: BLE001 - the failure is the observation
+        observe("third step", {"raised": type(err).__name__})
+        return
+    sim.scheduler.finish(sim.seqs["r"])
+    sim.run(observe, max_steps=30)

@@ -289,6 +289,63 @@ def test_recompute_after_preemption_hits_the_prefix_cache(impl, config_only_mode
         pytest.fail(f"B.num_preemptions: expected 1, got {b.num_preemptions}", pytrace=False)
 
 
+@pytest.mark.points(2)
+@pytest.mark.covers("lab3.schedule_decode", "lab3.preempt")
+def test_a_sequence_preempted_twice_counts_two_preemptions(impl, config_only_model_dir):
+    """3 blocks, prefix caching off. A: 2-token prompt (stops after 2), B: 2 tokens (after 4), C: 4 tokens (after 4).
+
+    step 0: A B C (pool full).  step 1: C's 5th token needs a block, nobody is left behind it: C preempts
+    itself (1st time); decode A B; A ends.  step 2: C recomputed: 5 tokens.  step 3: decode B C.
+    step 4: B's 5th token needs a block: C (newest) is evicted (2nd time); decode B; B ends.  step 5: C again.
+    """
+    sim = Sim(impl, config_only_model_dir, 3, prefix_caching=False, max_num_batched_tokens=16, max_model_len=16)
+    sim.add("A", 2, 2, first_token=10)
+    sim.add("B", 2, 4, first_token=20)
+    c = sim.add("C", 4, 4, first_token=30)
+    check_schedule(["prefill A:2 B:2 C:4", "decode A B", "prefill C:5", "decode B C", "decode B", "prefill C:7"],
+                   sim.run(max_steps=6), "3 blocks, C preempted twice")
+    if c.num_preemptions != 2:
+        pytest.fail(f"C.num_preemptions after two preemptions: expected 2, got {c.num_preemptions} "
+                    "(the counter counts every preemption)", pytrace=False)
+
+
+@pytest.mark.points(2)
+@pytest.mark.covers("lab3.schedule_decode", "lab3.preempt")
+def test_preemption_goes_on_while_the_victim_freed_no_block(impl, config_only_model_dir):
+    """4 blocks. A: 4-token prompt; V: 8 tokens; R: V's 8 tokens and one more (all stop after 4 tokens).
+
+    step 0: A V (3 blocks).  R arrives; step 1: R hits both of V's blocks and computes 1 token (pool full).
+    R is retired (as the engine does with a request whose last token is in flight): it leaves `running`
+    and keeps its blocks, so V's two blocks are held by R too.
+    step 2: A's 5th token needs a block. Evicting V frees none (R still holds them), so there is still no
+    slot: with nobody else left, A preempts itself and nothing is scheduled.
+    Then R finishes; step 3: A is recomputed, 1 token (its first block hits the cache); V waits, as it
+    would need 3 of the 2 blocks A leaves.
+    """
+    sim = Sim(impl, config_only_model_dir, 4, max_num_batched_tokens=16, max_model_len=16)
+    a = sim.add("A", 4, 4, first_token=10)
+    v = sim.add("V", 8, 4, first_token=20)
+    sim.step()
+    r = sim.add("R", 9, 4, prefix=v.token_ids[:8], first_token=90)
+    sim.step()
+    sim.sched.retire(r)
+    try:
+        sim.step()
+    except Exception as err:  # noqa: BLE001 - the mistake shows as a crash; say what the state was
+        pytest.fail(f"step 2 raised {type(err).__name__}: {err}: A needs a block, the newest running request V "
+                    "was evicted but freed none (R shares its blocks), so the scheduler must keep going: no one "
+                    "is left, so A preempts itself", pytrace=False)
+    where = {"running": sim.queue("running"), "waiting": sim.queue("waiting"), "A blocks": a.block_table,
+             "free blocks": sim.bm.num_free_blocks}
+    if where != {"running": [], "waiting": ["A", "V"], "A blocks": [], "free blocks": 1}:
+        pytest.fail(f"after step 2: expected running [], waiting [A, V], A holding no blocks and 1 free block "
+                    f"(A's), got {where}; schedule so far {sim.trace}", pytrace=False)
+    sim.sched.finish(r)
+    sim.sched.log.end_step()
+    check_schedule(["prefill A:4 V:8", "prefill R:1", "nothing scheduled", "prefill A:1"], sim.trace + [
+        sim.describe(*sim.sched.schedule())], "a victim that frees no block")
+
+
 # -- chunked prefill (stretch) ---------------------------------------------------------------------
 
 @pytest.mark.stretch
