@@ -26,7 +26,8 @@ import json
 from pathlib import Path
 
 from courseware.editions import edition
-from courseware.exercises import LABS, rewrite_imports
+from courseware.exercises import rewrite_imports
+from courseware.labs import all_labs
 
 # Tutorial number -> the lab whose lecture it belongs to (docs/labs.md, the lab map; lab5's are in no release).
 TUTORIAL_LAB = {"01": "lab1", "02": "lab1", "03": "lab3", "04": "lab2", "05": "lab2", "06": "lab4",
@@ -46,8 +47,9 @@ def tutorial_number(path: Path) -> str:
     return path.stem.split("_")[1]
 
 
-def _lab_index(lab: str) -> int:
-    order = [*LABS, "lab5"]
+def _lab_index(lab: str, root: Path) -> int:
+    """A lab's place in the course, from the lab registry (report-only labs included)."""
+    order = [entry.lab_id for entry in all_labs(root)]
     if lab not in order:
         raise ValueError(f"unknown lab {lab!r}; choose one of {', '.join(order)}")
     return order.index(lab)
@@ -63,7 +65,7 @@ def tutorials_for(lab: str, root: Path) -> tuple[list[Path], dict[str, str]]:
             raise ValueError(f"{path.name}: no lab for tutorial {number} in courseware/release_tutorials.py "
                              "TUTORIAL_LAB; add it")
         owner = TUTORIAL_LAB[number]
-        if _lab_index(owner) > _lab_index(lab):
+        if _lab_index(owner, root) > _lab_index(lab, root):
             absent[path.name] = f"it belongs to {owner}, a later lab"
         elif (number, lab) in LEFT_OUT:
             absent[path.name] = LEFT_OUT[number, lab]
