@@ -15,9 +15,11 @@ notebooks differ from the course's in their import lines, and a tutorial may
 name the package `reference` only in import statements (anything else is
 listed by `leftover_references` and fails tests/test_release_tutorials.py).
 
-A tutorial that does not run on some release's engine is left out of that
-release, and the release README says why (`LEFT_OUT`); a later lab's
-tutorial is not shipped, since it teaches a part the release runs on a stand-in.
+A later lab's tutorial is not shipped, since it teaches a part the release
+runs on a stand-in, and the release README says so; every tutorial of the
+lab and the earlier ones runs on the release's engine (the stand-ins preempt
+and batch decodes as the course engine does, so Tutorial 02's timeline and
+step-time measurements work from lab 1 on).
 """
 from __future__ import annotations
 
@@ -32,14 +34,6 @@ from courseware.labs import all_labs
 # Tutorial number -> the lab whose lecture it belongs to (docs/labs.md, the lab map; lab5's are in no release).
 TUTORIAL_LAB = {"01": "lab1", "02": "lab1", "03": "lab3", "04": "lab2", "05": "lab2", "06": "lab4",
                 "07": "lab4", "08": "lab5", "09": "lab5"}
-_NO_PREEMPTION = ("its timeline and asserts need preemptions, and this release's stand-in scheduler (lab 3's "
-                  "part) reserves every request's blocks up front and never preempts; it runs in the lab 4 "
-                  "release")
-_NO_BATCHING = ("its measurement of decode step time against batch size needs the batched model runner "
-                "(lab 4's part), and this release's stand-in runner computes one sequence at a time; it runs in "
-                "the lab 4 release")
-# (tutorial number, release lab) -> why that release leaves the tutorial out although it is the lab's or earlier.
-LEFT_OUT = {("02", "lab1"): _NO_PREEMPTION, ("02", "lab2"): _NO_PREEMPTION, ("02", "lab3"): _NO_BATCHING}
 
 
 def tutorial_number(path: Path) -> str:
@@ -67,8 +61,6 @@ def tutorials_for(lab: str, root: Path) -> tuple[list[Path], dict[str, str]]:
         owner = TUTORIAL_LAB[number]
         if _lab_index(owner, root) > _lab_index(lab, root):
             absent[path.name] = f"it belongs to {owner}, a later lab"
-        elif (number, lab) in LEFT_OUT:
-            absent[path.name] = LEFT_OUT[number, lab]
         else:
             shipped.append(path)
     return shipped, absent

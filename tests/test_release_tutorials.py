@@ -5,8 +5,9 @@
 - no shipped notebook uses the name `reference` any more, and every import its code cells make resolves
   inside the release, with `reference` made unimportable (this machine has the course installed, so a
   notebook that still reached for the solution would otherwise pass);
-- in a lab 2 release with lab 2 written, Tutorial 05 (prefix caching, the lab's own tutorial) runs top to
-  bottom on the release's engine, the way `inferlab build` runs a notebook (its asserts check its claims).
+- in a lab 1 release with lab 1 written, Tutorial 02 (the lifecycle, lab 1's tutorial, on all three
+  stand-ins), and in a lab 2 release with lab 2 written, Tutorial 05 (prefix caching), run top to bottom
+  on the release's engine, the way `inferlab build` runs a notebook (their asserts check their claims).
   The other notebooks were run the same way once by hand (docs/labs.md has the command); executing all of
   them here would take minutes.
 """
@@ -88,11 +89,15 @@ def test_shipped_tutorials_import_only_what_the_release_has(releases, lab, tmp_p
 
 
 @pytest.mark.slow
-def test_lab2_release_runs_its_prefix_caching_tutorial(tmp_path, monkeypatch, tiny_model_dir):
-    release = make_release("lab2", tmp_path / "release")
+@pytest.mark.parametrize("lab, notebook", [("lab1", "Tutorial_02_lifecycle.ipynb"),
+                                           ("lab2", "Tutorial_05_prefix_caching.ipynb")])
+def test_release_runs_its_labs_tutorial(tmp_path, monkeypatch, tiny_model_dir, lab, notebook):
+    """Tutorial 02 needs preemptions (its timeline, the recompute exercise) and batched decode steps (its
+    step time against batch size), so in a lab 1 release it runs only if the stand-ins preempt and batch."""
+    release = make_release(lab, tmp_path / "release")
     tree = load_reference()
-    splice(release / PACKAGE, {r.region_id: tree.body(r.region_id) for r in tree.regions if r.lab == "lab2"})
-    path = release / "tutorials" / "Tutorial_05_prefix_caching.ipynb"
+    splice(release / PACKAGE, {r.region_id: tree.body(r.region_id) for r in tree.regions if r.lab == lab})
+    path = release / "tutorials" / notebook
     nb = nbformat.read(path, as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell(GUARD.format(package=PACKAGE, root=str(release))))
     guarded = path.with_name("guarded_" + path.name)          # same folder: the kernel runs where the notebook is
@@ -104,4 +109,4 @@ def test_lab2_release_runs_its_prefix_caching_tutorial(tmp_path, monkeypatch, ti
     assert error is None, error[-3000:]
     code = [c for c in executed.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code), "every cell ran"
-    print(f"{path.name} in a lab 2 release: {seconds:.0f} s")
+    print(f"{path.name} in a {lab} release: {seconds:.0f} s")

@@ -18,13 +18,17 @@ import pytest
 
 import reference.engine.llm_engine as llm_engine
 from reference import LLM, SamplingParams
+from reference.config import Config
+from reference.engine.lifecycle import LifecycleLog
+from reference.engine.sequence import Sequence, SequenceStatus
+from reference.metrics import check_lifecycle
 from reference.standins import choice
 from reference.standins.block_manager import PlainBlockManager
 from reference.standins.model_runner import DenseModelRunner, no_tensor_parallelism
-from reference.standins.scheduler import ReservingScheduler
+from reference.standins.scheduler import YieldingScheduler
 from tests.helpers import random_prompts
 
-STANDINS = {"BlockManager": PlainBlockManager, "Scheduler": ReservingScheduler, "ModelRunner": DenseModelRunner}
+STANDINS = {"BlockManager": PlainBlockManager, "Scheduler": YieldingScheduler, "ModelRunner": DenseModelRunner}
 RUNNER = ("ModelRunner",)
 RUNNER_SCHEDULER = ("ModelRunner", "Scheduler")
 ALL = ("ModelRunner", "Scheduler", "BlockManager")
@@ -79,8 +83,34 @@ def test_standins_give_the_course_engines_tokens_in_a_tight_pool(tiny_model_dir,
     tokens, llm = _run(tiny_model_dir, parts, **TIGHT)
     assert tokens == expected
     if "Scheduler" in parts:
-        assert not _events(llm, "PREEMPTED"), "the reserving scheduler never needs to preempt"
+        assert _events(llm, "PREEMPTED"), "the stand-in scheduler preempts in a pool this tight too"
         assert max(e["kv_blocks_used"] for e in _events(llm, "STEP")) <= TIGHT["num_kvcache_blocks"]
+        assert check_lifecycle(llm.log.events) == []
+
+
+def test_the_sequence_short_of_a_block_yields(tiny_model_dir):
+    """The stand-in's rule, worked out by hand: two requests of 3 tokens in 2 blocks of 4 slots fill
+    their blocks at the first decode; at the second each needs a new block and none is free, so the
+    older one (admitted first) yields and the newer one takes a block it freed. Lab 3's rule would
+    preempt the newer one instead."""
+    config = Config(model=tiny_model_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=2,
+                    max_model_len=8, max_num_batched_tokens=8)
+    log = LifecycleLog()
+    scheduler = YieldingScheduler(config, PlainBlockManager(2, 4), log)
+    old, new = (Sequence([1, 2, 3], SamplingParams(max_tokens=5), 4) for _ in range(2))
+    for seq in (old, new):
+        scheduler.add(seq)
+    steps = []
+    for _ in range(3):
+        seqs, is_prefill = scheduler.schedule()
+        steps.append(([s.seq_id for s in seqs], is_prefill))
+        for seq in seqs:
+            scheduler.block_manager.mark_computed(seq, seq.num_scheduled_tokens)
+            seq.append_token(9)
+    assert steps == [([old.seq_id, new.seq_id], True), ([old.seq_id, new.seq_id], False), ([new.seq_id], False)]
+    assert (old.status, old.num_preemptions, old.block_table) == (SequenceStatus.WAITING, 1, [])
+    assert list(scheduler.waiting) == [old] and list(scheduler.running) == [new]
+    assert [e["event"] for e in log.events if e["seq_id"] == old.seq_id][-2:] == ["PREEMPTED", "QUEUED"]
 
 
 def test_dense_runner_under_the_course_scheduler_with_chunked_prefill(tiny_model_dir, course):
@@ -102,7 +132,7 @@ def test_dense_runner_with_async_scheduling(tiny_model_dir, course):
 
 
 def test_with_an_ample_pool_the_standins_schedule_as_the_course_engine(tiny_model_dir, course):
-    """The docstrings' claim: without memory pressure the reserving scheduler's steps and block tables are
+    """The docstrings' claim: without memory pressure the stand-in scheduler's steps and block tables are
     the course scheduler's, and with prefix caching off the plain block manager's tables are the course's."""
     _, reference_llm = course("ample", **AMPLE)
     _, llm = _run(tiny_model_dir, RUNNER_SCHEDULER, **AMPLE)

@@ -9,12 +9,12 @@ level of the whole part, so that none of them contains a later lab's solution:
 - `lab2` -> `block_manager.PlainBlockManager`: paged blocks without prefix
   caching, sharing or reference counts (what lab 1's public test double
   already shows).
-- `lab3` -> `scheduler.ReservingScheduler`: first come, first served, whole
-  prompts, and every request's blocks reserved up to its longest length at
-  admission, so no decode ever runs out of blocks and nothing is preempted.
-- `lab4` -> `model_runner.DenseModelRunner`: transformers' own forward pass,
-  one sequence at a time, with a dense per-sequence KV cache; no paged inputs
-  and no paged attention.
+- `lab3` -> `scheduler.YieldingScheduler`: first come, first served, whole
+  prompts, and a decode that finds no free block preempts the sequence that
+  needs it (lab 3 preempts the newest one instead).
+- `lab4` -> `model_runner.DenseModelRunner`: transformers' own forward pass
+  with a dense per-sequence KV cache, sequences at the same position batched
+  together; no paged inputs and no paged attention.
 
 Each keeps the course's own code wherever the student's lab lives: the
 stand-in scheduler subclasses `Scheduler` and still calls its lab 1 logging

@@ -20,7 +20,7 @@ __all__ = ["BlockManager", "ModelRunner", "Scheduler", "TensorParallelRunner"]
 if "lab2" in STANDIN_LABS:
     from student_exercises.standins.block_manager import PlainBlockManager as BlockManager  # noqa: F811
 if "lab3" in STANDIN_LABS:
-    from student_exercises.standins.scheduler import ReservingScheduler as Scheduler  # noqa: F811
+    from student_exercises.standins.scheduler import YieldingScheduler as Scheduler  # noqa: F811
 if "lab4" in STANDIN_LABS:
     from student_exercises.standins.model_runner import DenseModelRunner as ModelRunner  # noqa: F811
     from student_exercises.standins.model_runner import no_tensor_parallelism as TensorParallelRunner  # noqa: F811

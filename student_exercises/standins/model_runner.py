@@ -1,5 +1,5 @@
 # Generated from reference/standins/model_runner.py by `inferlab exercises build`. Write your code only inside the EXERCISE regions.
-"""Release-only stand-in for lab 4's model runner: transformers' own forward, one sequence at a time.
+"""Release-only stand-in for lab 4's model runner: transformers' own forward over dense per-sequence caches.
 
 Used in lab 1, 2 and 3 releases (whose lab 4 regions are stubbed), so that the
 engine there serves requests. It answers the engine's questions as the course
@@ -9,13 +9,23 @@ paged cache, which is what lab 4 is: the tokens come from the model as
 transformers implements it (`AutoModelForCausalLM`), the same independent
 route the public tests already check the course engine against.
 
-Each sequence keeps its own dense KV cache (transformers' `DynamicCache`),
-keyed by the sequence, holding the K/V of the tokens it has already fed in.
-A step feeds only what that cache lacks and samples with the course's own
-sampler, so greedy tokens are the course engine's, and a sampled request
-draws from its own generator as it does there.
+Each sequence keeps its own dense K/V (one tensor pair per layer), keyed by
+the sequence, holding the K/V of the tokens it has already fed in. A step
+feeds only what that cache lacks and samples with the course's own sampler,
+so greedy tokens are the course engine's, and a sampled request draws from
+its own generator as it does there.
 
-Its price: block tables are bookkeeping only (the K/V do not live in the
+Sequences whose caches hold equally many tokens and that feed equally many
+new ones run as one batch: their caches are stacked into one `DynamicCache`
+for the forward and split again after it. We chose this over one forward per
+sequence so that a decode step costs about one forward whatever the batch,
+as in the course engine (Tutorial 02 measures exactly that); and over
+padding sequences of different lengths to one batch, which would need
+attention masks and would change the arithmetic of the padded rows. Its
+price: rows at different positions still run one group at a time, and each
+step copies the group's caches once to stack them.
+
+Its other price: block tables are bookkeeping only (the K/V do not live in the
 blocks the block manager handed out), so a block manager that gives two live
 sequences the same block still produces the right tokens here, while the
 course engine would mix their K/V; the lab 2 public tests check block tables
@@ -27,11 +37,11 @@ transfer: on a GPU it is far slower than the course engine.
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, DynamicCache
 
 from student_exercises.config import Config
 from student_exercises.engine.model_runner import InFlightStep, set_cpu_threads
@@ -41,12 +51,16 @@ from student_exercises.layers.sampler import sample
 LAB4_NEEDED = "this release runs a stand-in model runner (transformers' forward; lab 4 writes the real one)"
 
 
+# One sequence's K/V: (keys, values) per layer, each [1, kv_heads, tokens, head_dim].
+LayerKV = list[tuple[torch.Tensor, torch.Tensor]]
+
+
 @dataclass
 class DenseState:
     """One sequence's dense KV cache and the tokens whose K/V it holds."""
     seq: Sequence
     token_ids: list[int] = field(default_factory=list)
-    past: Any = None   # transformers' cache object, created by the first forward
+    kv: LayerKV = field(default_factory=list)
 
 
 def no_tensor_parallelism(config: Config):
@@ -66,6 +80,9 @@ class DenseModelRunner:
         per_seq = -(-config.max_model_len // self.block_size)
         self.num_kvcache_blocks = config.num_kvcache_blocks or config.max_num_seqs * per_seq
         self.states: dict[int, DenseState] = {}
+        # transformers 5.x renames `past_key_values` to `cache` (the old name goes in a later release).
+        forward_arguments = inspect.signature(self.model.forward).parameters
+        self.cache_argument = "cache" if "cache" in forward_arguments else "past_key_values"
 
     @torch.inference_mode()
     def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int | None]:
@@ -75,7 +92,7 @@ class DenseModelRunner:
         rows = [i for i, seq in enumerate(seqs) if seq.num_cached_tokens + seq.num_scheduled_tokens == len(seq)]
         if not rows:
             return tokens
-        logits = torch.stack([self._last_logits(seqs[i], seqs[i].token_ids) for i in rows])
+        logits = self._last_logits([(seqs[i], seqs[i].token_ids) for i in rows])
         sampled = sample(logits, [seqs[i].sampling_params for i in rows], [seqs[i].generator for i in rows])
         for i, token in zip(rows, sampled):
             tokens[i] = token
@@ -86,25 +103,49 @@ class DenseModelRunner:
         """Async scheduling's decode step, computed at once (greedy only, as the engine guarantees)."""
         self._forget_finished()
         earlier = previous.tokens() if previous is not None else []
-        chosen = []
+        wanted = []
         for seq in seqs:
             token_ids = seq.token_ids
             if token_ids[-1] == PENDING_TOKEN:
                 token_ids = token_ids[:-1] + [earlier[previous.row_of[seq.seq_id]]]
-            chosen.append(int(self._last_logits(seq, token_ids).argmax()))
-        return InFlightStep.start(seqs, torch.tensor(chosen, dtype=torch.int64))
+            wanted.append((seq, token_ids))
+        return InFlightStep.start(seqs, self._last_logits(wanted).argmax(dim=-1).to(torch.int64))
 
-    def _last_logits(self, seq: Sequence, token_ids: list[int]) -> torch.Tensor:
-        """Logits after `token_ids`, feeding the model only the tokens this sequence's cache lacks."""
+    def _last_logits(self, wanted: list[tuple[Sequence, list[int]]]) -> torch.Tensor:
+        """Logits after each sequence's `token_ids`, one row each, feeding only what its cache lacks."""
+        states = [self._state(seq, token_ids) for seq, token_ids in wanted]
+        groups: dict[tuple[int, int], list[int]] = {}
+        for row, (state, (_, token_ids)) in enumerate(zip(states, wanted)):
+            groups.setdefault((len(state.token_ids), len(token_ids)), []).append(row)
+        logits: list[torch.Tensor | None] = [None] * len(wanted)
+        for (start, end), rows in groups.items():
+            group_logits, kvs = self._forward([wanted[r][1][start:end] for r in rows], start,
+                                              [states[r].kv for r in rows])
+            for k, row in enumerate(rows):
+                states[row].kv, states[row].token_ids = kvs[k], list(wanted[row][1])
+                logits[row] = group_logits[k]
+        return torch.stack(logits)
+
+    def _state(self, seq: Sequence, token_ids: list[int]) -> DenseState:
+        """`seq`'s cache, started over when it holds anything but a strict prefix of `token_ids`."""
         state = self.states.get(seq.seq_id)
         if state is None or state.seq is not seq or not self._extends(state.token_ids, token_ids):
-            state = self.states[seq.seq_id] = DenseState(seq)   # nothing reusable cached: start over
-        start = len(state.token_ids)
-        out = self.model(input_ids=torch.tensor([token_ids[start:]], device=self.device),
-                         position_ids=torch.arange(start, len(token_ids), device=self.device)[None],
-                         past_key_values=state.past, use_cache=True, logits_to_keep=1)
-        state.past, state.token_ids = out.past_key_values, list(token_ids)
-        return out.logits[0, -1]
+            state = self.states[seq.seq_id] = DenseState(seq)
+        return state
+
+    def _forward(self, new_tokens: list[list[int]], start: int, kvs: list[LayerKV]) -> tuple[torch.Tensor, list[LayerKV]]:
+        """One forward for rows that all hold `start` cached tokens and feed equally many new ones."""
+        cache = DynamicCache()
+        if start:
+            for layer in range(len(kvs[0])):
+                cache.update(torch.cat([kv[layer][0] for kv in kvs]), torch.cat([kv[layer][1] for kv in kvs]), layer)
+        input_ids = torch.tensor(new_tokens, device=self.device)
+        positions = torch.arange(start, start + input_ids.shape[1], device=self.device).expand_as(input_ids)
+        out = self.model(input_ids=input_ids, position_ids=positions, use_cache=True, logits_to_keep=1,
+                         **{self.cache_argument: cache})
+        split = [[(layer.keys[b:b + 1], layer.values[b:b + 1]) for layer in cache.layers]
+                 for b in range(len(new_tokens))]
+        return out.logits[:, -1], split
 
     @staticmethod
     def _extends(cached: list[int], token_ids: list[int]) -> bool:

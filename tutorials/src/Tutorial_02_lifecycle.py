@@ -170,7 +170,10 @@ plt.show()
 #
 # - 红色的 prefill 只占一步（prompt 一次算完）；蓝色的 decode 一步一个 token。
 # - 有新请求到达的那一步，其他请求是黄色（stalled）：这是 prefill-first 调度的代价，decode 的 inter-token latency 会出现尖峰。
-# - 紫色（preempted）：KV cache 用完时，最新加入的请求交出全部 block、回到队列最前，之后要 **重新 prefill**（再一次红色）。
+# - 紫色（preempted）：KV cache 用完时，有一个请求交出全部 block、回到队列最前，之后要 **重新 prefill**（再一次红色）。
+#   交出 block 的是谁，由调度策略决定：课程的 scheduler（lab 3 实现）让 **最新加入** 的请求让位；
+#   lab 1、lab 2 的 release 里跑的是 stand-in scheduler，让 **要不到 block 的那个请求** 自己让位，
+#   所以在那里看到的被抢占的请求、抢占次数和总步数会和课程引擎不同，图的形状是一样的。
 
 # %%
 for seq_id, row in states.items():
@@ -270,7 +273,8 @@ assert lengths["raw text"] < lengths["user only"] < lengths["system + user"] < l
 # - prefill：一个请求，prompt 从 16 到 1024 个 token，量 prefill 那一步；
 # - decode：batch 里 1 到 16 个请求，量 decode 步。
 #
-# 每个点取 3 次的中位数。如果 prefill 是 compute-bound，它的时间应该随 token 数近似线性增长；
+# 每个点量 5 次取最小值：别的进程抢 CPU 只会让一次测量变慢、不会变快，所以最小值最接近这台机器本来的速度
+# （一步里的几个 decode 步仍取中位数）。如果 prefill 是 compute-bound，它的时间应该随 token 数近似线性增长；
 # 如果 decode 受 "每一步都要把全部权重读一遍"（以及固定开销）限制，它的时间几乎不随 batch 增长：每个 token 的成本随 batch 下降。
 
 # %%
@@ -294,8 +298,8 @@ def timed_steps(prompt_lens, max_tokens, decode_steps=0):
 
 timed_steps([16], 2, 1)                                       # warm-up
 PREFILL_TOKENS, DECODE_BATCH = [16, 64, 256, 1024], [1, 2, 4, 8, 16]
-prefill_s = {n: float(np.median([timed_steps([n], 1)[0] for _ in range(3)])) for n in PREFILL_TOKENS}
-decode_s = {b: float(np.median([timed_steps([16] * b, 8, 5)[1] for _ in range(3)])) for b in DECODE_BATCH}
+prefill_s = {n: min(timed_steps([n], 1)[0] for _ in range(5)) for n in PREFILL_TOKENS}
+decode_s = {b: min(timed_steps([16] * b, 8, 5)[1] for _ in range(5)) for b in DECODE_BATCH}
 for n, t in prefill_s.items():
     print(f"prefill {n:5d} tokens: {t * 1e3:7.2f} ms/step  {t / n * 1e6:7.1f} us/token")
 for b, t in decode_s.items():
