@@ -14,15 +14,17 @@ feeds only what that cache lacks and samples with the course's own sampler,
 so greedy tokens are the course engine's, and a sampled request draws from
 its own generator as it does there.
 
-Sequences whose caches hold equally many tokens and that feed equally many
-new ones run as one batch: their caches are stacked into one `DynamicCache`
-for the forward and split again after it. We chose this over one forward per
-sequence so that a decode step costs about one forward whatever the batch,
-as in the course engine (Tutorial 02 measures exactly that); and over
-padding sequences of different lengths to one batch, which would need
-attention masks and would change the arithmetic of the padded rows. Its
-price: rows at different positions still run one group at a time, and each
-step copies the group's caches once to stack them.
+Sequences that feed equally many new tokens (every sequence of a decode
+step) run as one batch: their caches are padded on the left to the longest,
+stacked into one `DynamicCache` for the forward with the padding masked out,
+and split again after it. We chose this over one forward per sequence so
+that a step costs about one forward whatever the batch and however far each
+sequence has got, as in the course engine: Tutorial 02 measures decode step
+time against batch size, and Tutorial 03 compares continuous batching (fewer
+steps) with static batching on time. Its price: each step copies the caches
+to stack them, and the padded rows' attention runs over masked slots, so a
+row's arithmetic is not exactly that of its own unbatched forward (greedy
+tokens are still the course engine's, checked in tests/test_standins.py).
 
 Its other price: block tables are bookkeeping only (the K/V do not live in the
 blocks the block manager handed out), so a block manager that gives two live
@@ -40,6 +42,7 @@ import inspect
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from reference.config import Config
@@ -113,12 +116,13 @@ class DenseModelRunner:
     def _last_logits(self, wanted: list[tuple[Sequence, list[int]]]) -> torch.Tensor:
         """Logits after each sequence's `token_ids`, one row each, feeding only what its cache lacks."""
         states = [self._state(seq, token_ids) for seq, token_ids in wanted]
-        groups: dict[tuple[int, int], list[int]] = {}
+        groups: dict[int, list[int]] = {}     # tokens to feed -> rows: one forward each
         for row, (state, (_, token_ids)) in enumerate(zip(states, wanted)):
-            groups.setdefault((len(state.token_ids), len(token_ids)), []).append(row)
+            groups.setdefault(len(token_ids) - len(state.token_ids), []).append(row)
         logits: list[torch.Tensor | None] = [None] * len(wanted)
-        for (start, end), rows in groups.items():
-            group_logits, kvs = self._forward([wanted[r][1][start:end] for r in rows], start,
+        for rows in groups.values():
+            starts = [len(states[r].token_ids) for r in rows]
+            group_logits, kvs = self._forward([wanted[r][1][start:] for r, start in zip(rows, starts)], starts,
                                               [states[r].kv for r in rows])
             for k, row in enumerate(rows):
                 states[row].kv, states[row].token_ids = kvs[k], list(wanted[row][1])
@@ -132,18 +136,34 @@ class DenseModelRunner:
             state = self.states[seq.seq_id] = DenseState(seq)
         return state
 
-    def _forward(self, new_tokens: list[list[int]], start: int, kvs: list[LayerKV]) -> tuple[torch.Tensor, list[LayerKV]]:
-        """One forward for rows that all hold `start` cached tokens and feed equally many new ones."""
+    def _forward(self, new_tokens: list[list[int]], starts: list[int],
+                 kvs: list[LayerKV]) -> tuple[torch.Tensor, list[LayerKV]]:
+        """One forward for rows that feed equally many new tokens after `starts[i]` cached ones.
+
+        Shorter caches are padded on the left to the longest and the padding
+        is masked out (`attention_mask`), as batched generation with left
+        padding does; each row keeps its own positions, so it attends to
+        exactly its own tokens.
+        """
+        longest = max(starts)
         cache = DynamicCache()
-        if start:
+        if longest:
             for layer in range(len(kvs[0])):
-                cache.update(torch.cat([kv[layer][0] for kv in kvs]), torch.cat([kv[layer][1] for kv in kvs]), layer)
+                keys, values = (torch.cat([F.pad(kv[layer][part], (0, 0, longest - start, 0))
+                                           for kv, start in zip(kvs, starts)]) for part in (0, 1))
+                cache.update(keys, values, layer)
         input_ids = torch.tensor(new_tokens, device=self.device)
-        positions = torch.arange(start, start + input_ids.shape[1], device=self.device).expand_as(input_ids)
-        out = self.model(input_ids=input_ids, position_ids=positions, use_cache=True, logits_to_keep=1,
-                         **{self.cache_argument: cache})
-        split = [[(layer.keys[b:b + 1], layer.values[b:b + 1]) for layer in cache.layers]
-                 for b in range(len(new_tokens))]
+        width = input_ids.shape[1]
+        positions = torch.tensor([[start + i for i in range(width)] for start in starts], device=self.device)
+        mask = None
+        if min(starts) < longest:
+            mask = torch.ones(len(starts), longest + width, dtype=torch.long, device=self.device)
+            for row, start in enumerate(starts):
+                mask[row, :longest - start] = 0
+        out = self.model(input_ids=input_ids, position_ids=positions, attention_mask=mask, use_cache=True,
+                         logits_to_keep=1, **{self.cache_argument: cache})
+        split = [[(layer.keys[b:b + 1, :, longest - start:], layer.values[b:b + 1, :, longest - start:])
+                  for layer in cache.layers] for b, start in enumerate(starts)]
         return out.logits[:, -1], split
 
     @staticmethod
