@@ -27,21 +27,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sys
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from dataclasses import dataclass
 
 
 # Split-K: each K slice writes an fp32 partial tile; the program that finishes a tile last
 # (an atomic arrival counter per tile) sums the slices, writes the output and resets the
 # counter for the next call, so a split GEMM is one launch. Counters are allocated outside
 # any graph capture; calls on one stream run one after another and share them.
-# Arrival counters per device; a tile id indexes one. Large enough for any grid the rule picks.
+# Arrival counters per device; a tile id indexes one. Large enough for any grid the sweep makes.
 MAX_TILES = 1 << 16
 _COUNTERS: dict[torch.device, torch.Tensor] = {}
 
