@@ -5,6 +5,7 @@
 #   OUT=/dir bash scripts/gpu_perf.sh hf                        # call 4: bench-256 async, then transformers
 #   OUT=/dir bash scripts/gpu_perf.sh tests both3 profile      # call 5: fused elementwise ops (residual stream)
 #   OUT=/dir bash scripts/gpu_perf.sh tests both3              # call 6: + longest-first decode order
+#   OUT=/dir bash scripts/gpu_perf.sh gemms gemm_probes        # session 5: decode GEMMs (calls 7 and 8 ran each alone)
 # Each part has its own time limit, so one hang cannot take the whole call.
 # INFERLAB_CACHE is left to its default: the random model and tiny model are built there once.
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -23,6 +24,9 @@ for part in "$@"; do
     both1) timeout 200 "${BENCH[@]}" --scheduling both --out "$OUT/bench256_both_0.json" 2>&1 | tail -16 ;;
     both3) for i in 1 2 3; do timeout 150 "${BENCH[@]}" --scheduling both --out "$OUT/bench256_both_$i.json" 2>&1 | tail -14; done ;;
     profile) timeout 200 python3 scripts/profile_decode.py --steps 20 2>&1 | tee "$OUT/profile.txt" | tail -45 ;;
+    gemms) timeout 480 python3 scripts/decode_gemms.py --part sweep --out "$OUT/decode_gemms.json" 2>&1 | tee "$OUT/decode_gemms.txt" | tail -50 ;;
+    gemm_probes) timeout 420 python3 scripts/decode_gemms.py --part probes --out "$OUT/decode_gemm_probes.json" \
+      --best "${BEST:-docs/results/2026-11-24/session5/decode_gemms.json}" 2>&1 | tee "$OUT/decode_gemm_probes.txt" | tail -20 ;;
     gap) timeout 240 python3 scripts/step_gap.py --out "$OUT/gap.json" 2>&1 | tail -22 ;;
     hf) timeout 560 "${BENCH[@]}" --compare hf --hf-batch-size 256 --out "$OUT/bench256_async_hf.json" 2>&1 | tail -14 ;;
   esac
