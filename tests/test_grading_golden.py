@@ -7,6 +7,7 @@ rubric's selections are checked against that collection.
 from __future__ import annotations
 
 import ast
+import copy
 import json
 import re
 import shutil
@@ -110,6 +111,18 @@ def test_golden_fingerprints_are_current(lab):
     rubric = load_rubric(lab)
     assert golden["fingerprint"] == source_fingerprint(lab, load_reference(), selections(rubric)), (
         f"golden outputs of {lab} are stale: run `inferlab golden build --lab {lab}`")
+
+
+def test_fingerprint_follows_the_engine_but_not_the_release_only_standins():
+    """An edit to a stand-in (never imported by the graded engine) keeps every golden file current;
+    an edit to the engine's own code does not."""
+    tree = load_reference()
+    before = source_fingerprint("lab2", tree)
+    for relpath, edited in (("standins/scheduler.py", False), ("standins/choice.py", True),
+                            ("engine/block_manager.py", True)):
+        changed = copy.copy(tree)
+        changed.texts = {**tree.texts, relpath: tree.texts[relpath] + "\nEDITED = 1\n"}
+        assert (source_fingerprint("lab2", changed) != before) == edited, relpath
 
 
 @pytest.fixture(scope="module")
