@@ -29,6 +29,7 @@ from typing import Any
 
 from grading.execute import Fence, Runner
 from grading.harness import build_harness, source_fingerprint
+from grading.judge import same
 from grading.paths import golden_gpu_path, golden_path
 from grading.rubric import Rubric, load_rubric
 from courseware.exercises import load_reference
@@ -195,7 +196,10 @@ def compare_golden(stored: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
 
     The fingerprint is compared too, so a change to the engine, hidden tests or
     rubric selections that happens not to change any output is still reported,
-    asking for a rebuild that makes the file match its sources.
+    asking for a rebuild that makes the file match its sources. Observations
+    are compared as grading compares them (`judge.same`, floats within the
+    golden file's tolerance): another torch version may round a float in the
+    last bits, which grades the same and is no reason to rebuild.
     """
     lab = fresh["lab"]
     problems = []
@@ -210,8 +214,8 @@ def compare_golden(stored: dict[str, Any], fresh: dict[str, Any]) -> list[str]:
         if stored_items.get(item) != fresh["items"].get(item):
             problems.append(f"{lab}: item {item} expects different tests now")
     for test in sorted(set(stored_tests) | set(fresh["tests"])):
-        if stored_tests.get(test) != fresh["tests"].get(test):
-            problems.append(f"{lab}: {test} observes something different now")
+        if test not in stored_tests or test not in fresh["tests"] or not same(stored_tests[test], fresh["tests"][test]):
+            problems.append(f"{lab}: {test} observes something different now (beyond the tolerance grading uses)")
     return problems
 
 

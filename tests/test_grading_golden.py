@@ -145,6 +145,19 @@ def test_a_stale_golden_file_is_reported(fresh_lab2, tmp_path):
     assert load_golden("lab2", path)["tests"][test][0][1] == "something else"
 
 
+def test_golden_check_accepts_rounding_that_grading_accepts():
+    """A float that another torch version rounds in its last bits grades the same (judge.same), so it is no
+    staleness; a difference grading would reject is reported, for plain floats and toleranced outputs."""
+    def data(mean: float, output: float) -> dict:
+        return {"lab": "labX", "fingerprint": "f", "cuda": False, "items": {},
+                "tests": {"t.py::test": [["mean", mean], ["output", {"__rtol__": 1e-4, "value": [output, 2.0]}]]}}
+    stored = data(0.5, 1.0)
+    assert compare_golden(stored, data(0.5 * (1 + 1e-9), 1.0 * (1 + 1e-6))) == []
+    assert compare_golden(stored, data(0.5 * (1 + 1e-3), 1.0)) == [
+        "labX: t.py::test observes something different now (beyond the tolerance grading uses)"]
+    assert len(compare_golden(stored, data(0.5, 1.001))) == 1
+
+
 def test_golden_check_command_fails_on_an_unreadable_file(tmp_path, monkeypatch):
     from grading import golden
     from inferlab.cli import main
