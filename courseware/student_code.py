@@ -20,12 +20,23 @@ from courseware.additions import Addition, OutsideEdit, apply, compare
 from courseware.exercises import PACKAGE
 from courseware.regions import Region, RegionError, parse_regions, stub_body
 
-# Names in a region body worth a TA's look; they never change a score (the sandbox and the judge do that).
-SUSPICIOUS = {"_exit", "exit", "system", "popen", "Popen", "subprocess", "socket", "ctypes", "__import__",
-              "importlib", "open", "builtins", "__builtins__", "modules", "settrace", "setprofile", "isclose",
-              "testing", "signal", "kill", "sleep", "exec", "eval", "compile", "gc", "inspect", "pytest", "_pytest",
-              "golden", "environ", "setattr", "globals", "addaudithook", "fork", "chdir", "remove", "unlink",
-              "rmtree", "write_text", "write_bytes"}
+# What in a region body or an added definition is worth a TA's look: calls a block manager, scheduler or
+# model runner has no use for, and which an attack on the grader needs. Flags never change a score (the
+# sandbox and the judge do that), but a flag on correct code costs a TA's time and a student's trust, so
+# an attribute counts by its object where its name alone is common: `self.running.remove(seq)` is a
+# deque's, `os.remove(path)` is not; `re.compile` is not `compile(...)`.
+SUSPICIOUS_NAMES = {"exec", "eval", "compile", "open", "__import__", "globals", "locals", "setattr", "delattr",
+                    "exit", "quit", "breakpoint", "input", "__builtins__", "vars"}
+SUSPICIOUS_MODULES = {"os", "shutil", "subprocess", "socket", "ctypes", "importlib", "builtins", "signal", "gc",
+                      "inspect", "pytest", "_pytest", "threading", "multiprocessing", "tempfile", "pickle",
+                      "marshal", "atexit", "faulthandler", "resource"}
+# Modules a body may reach without importing them (the engine's files import them at the top).
+LIBRARY_ROOTS = {"torch", "numpy", "np", "math", "triton", "transformers", "reference", "student_exercises",
+                 "courseware", "grading", "builtins", "sys", "os"}
+SUSPICIOUS_ATTRIBUTES = {"_exit", "system", "popen", "Popen", "settrace", "setprofile", "addaudithook", "fork",
+                         "environ", "modules", "rmtree", "unlink", "write_text", "write_bytes", "read_text",
+                         "read_bytes", "chdir", "kill", "sleep", "exit", "_getframe", "isclose", "golden", "__globals__", "__code__",
+                         "__subclasses__", "__builtins__", "f_back", "f_globals", "f_locals", "tb_frame"}
 
 
 @dataclass
@@ -61,22 +72,41 @@ def _is_stub(body: str, region: Region) -> bool:
     return code == [stub_body(region).strip()]
 
 
-def _names(body: str) -> set[str]:
+def _dotted(node) -> str:
+    """"torch.testing.assert_close" for that attribute chain, "" for anything not rooted at a name."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) and parts else ""
+
+
+def suspicious_uses(body: str) -> list[str]:
+    """The uses in `body` (a region body or added definitions) that SUSPICIOUS_* name, sorted, as written."""
     try:
         tree = ast.parse("def _body():\n" + _reindent(body, "    "))
     except SyntaxError:
-        return set()
-    names = set()
+        return []
+    imported = {(alias.asname or alias.name).split(".")[0] for node in ast.walk(tree)
+                if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+    found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            names.add(node.id)
+        for target in getattr(node, "targets", [getattr(node, "target", None)]):
+            dotted = _dotted(target)
+            if dotted and dotted.split(".")[0] in imported | LIBRARY_ROOTS:
+                found.add(f"sets {dotted}")          # monkeypatching a library (the judge's comparisons)
+        if isinstance(node, ast.Name) and node.id in SUSPICIOUS_NAMES:
+            found.add(node.id)
         elif isinstance(node, ast.Attribute):
-            names.add(node.attr)
+            owner = node.value.id if isinstance(node.value, ast.Name) else None
+            if node.attr in SUSPICIOUS_ATTRIBUTES or owner in SUSPICIOUS_MODULES:
+                found.add(f"{owner}.{node.attr}" if owner else node.attr)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names.add(node.module.split(".")[0])
-    return names
+            modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found.update(m.split(".")[0] for m in modules if m.split(".")[0] in SUSPICIOUS_MODULES)
+            if isinstance(node, ast.ImportFrom):
+                found.update(a.name for a in node.names if a.name in SUSPICIOUS_NAMES | SUSPICIOUS_ATTRIBUTES)
+    return sorted(found)
 
 
 def outside_regions(submission_package: Path, stubs: dict[str, str], out: Extraction) -> None:
@@ -97,7 +127,7 @@ def outside_regions(submission_package: Path, stubs: dict[str, str], out: Extrac
             continue                            # reported with the regions of that file
         out.outside_edits += edits
         for addition in additions:
-            names = sorted(_names(addition.text) & SUSPICIOUS)
+            names = suspicious_uses(addition.text)
             if names:
                 out.suspicious.append(f"{shown}:{addition.line} `{addition.name}` uses {', '.join(names)}")
         if additions:
@@ -163,7 +193,7 @@ def read_student_code(submission_package: Path, given: Mapping[str, str], lab: s
                 continue
             out.bodies[region.region_id] = spliced
             out.regions.append(RegionStatus(region.region_id, "attempted"))
-            names = sorted(_names(spliced) & SUSPICIOUS)
+            names = suspicious_uses(spliced)
             if names:
                 out.suspicious.append(f"{region.region_id} uses {', '.join(names)}")
     return out

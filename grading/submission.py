@@ -20,9 +20,9 @@ from pathlib import Path
 from courseware.exercises import PACKAGE, ReferenceTree, generate
 from courseware.labs import exercise_labs
 from courseware.release import release_package
-from courseware.student_code import SUSPICIOUS, Extraction, RegionStatus, read_student_code
+from courseware.student_code import Extraction, RegionStatus, read_student_code
 
-__all__ = ["SUSPICIOUS", "Extraction", "RegionStatus", "Submission", "extract", "file_hashes", "find_submissions",
+__all__ = ["Extraction", "RegionStatus", "Submission", "extract", "file_hashes", "find_submissions",
            "ignored_files", "missing_students"]
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")

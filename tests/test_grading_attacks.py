@@ -159,7 +159,7 @@ ATTACKS = {
                      ALL_ITEMS, "conftest.py in a submission is ignored"),
     "att_monkeypatch": ("stubs", {"lab2.allocate": PATCH_COMPARISONS,
                                   "lab2.prefix_hits": PATCH_COMPARISONS.replace("allocate", "prefix_hits")},
-                        {}, ALL_ITEMS, "uses isclose, testing"),
+                        {}, ALL_ITEMS, "sets torch.testing.assert_close"),
     "att_exit": ("stubs", {"lab2.allocate": "import os\nos._exit(0)\n"}, {}, ALL_ITEMS,
                  "exited (status 0) before reporting"),
     "att_sitecustomize": ("stubs", {}, {"sitecustomize.py": "raise SystemExit(0)\n",

@@ -19,6 +19,7 @@ from grading.paths import SCHEMAS
 from grading.report import csv_rows, feedback_markdown, gradescope_results, write_csv
 from grading.rubric import RubricError, load_rubric, parse_rubric
 from grading.spawn import KEEP_BYTES, Output
+from courseware.student_code import suspicious_uses
 from grading.submission import extract, ignored_files
 from courseware.exercises import PACKAGE, generate, load_reference, write_package
 from courseware.regions import stub_body
@@ -197,6 +198,30 @@ def test_a_region_is_found_by_id_reindented_and_checked(tmp_path, tree):
     assert [a.name for a in out.additions[path]] == ["import math"], "a new import is carried"
     assert any("math.isclose" in e.describe() and "not run" in e.describe() for e in out.outside_edits), \
         "patching a module's attribute outside the regions is an edit, never run"
+
+
+@pytest.mark.parametrize("body, flagged", [
+    ("self.running.remove(seq)\n", []),                          # a deque's remove: correct lab 3 code
+    ("pattern = re.compile('x')\nfast = torch.compile(f)\n", []),
+    ("limit = sys.maxsize\nstart = time.perf_counter()\n", []),
+    ("os.remove(path)\n", ["os.remove"]),
+    ("open('/etc/passwd').read()\n", ["open"]),
+    ("sys.modules['grading'] = None\n", ["sys.modules"]),
+    ("math.isclose = lambda *a, **k: True\n", ["math.isclose", "sets math.isclose"]),
+    ("import numpy.testing\nnumpy.testing.assert_allclose = None\nseq.status = 1\nself.x.y = 2\n",
+     ["sets numpy.testing.assert_allclose"]),
+    ("import subprocess\nfrom os import environ\n", ["environ", "os", "subprocess"]),
+    ("time.sleep(5)\nexec(code)\n", ["exec", "time.sleep"]),
+])
+def test_only_uses_an_engine_has_no_need_for_are_flagged(body, flagged):
+    """Flags are for a TA's review: an attack on the grader is flagged, idioms of correct code are not
+    (a correct lab 3 `preempt` that calls `self.running.remove(seq)` was flagged by its attribute name)."""
+    assert suspicious_uses(body) == flagged
+
+
+def test_no_reference_body_is_flagged(tree):
+    assert {r.region_id: suspicious_uses(tree.body(r.region_id)) for r in tree.regions
+            if suspicious_uses(tree.body(r.region_id))} == {}
 
 
 def test_missing_file_and_missing_marker(tmp_path, tree):
