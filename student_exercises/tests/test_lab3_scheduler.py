@@ -202,6 +202,29 @@ def test_decode_batch_is_capped_by_the_token_budget(impl, config_only_model_dir)
 # -- preemption ----------------------------------------------------------------------------------
 
 @pytest.mark.points(2)
+@pytest.mark.covers("lab3.schedule_decode")
+def test_a_decode_token_that_starts_a_block_is_logged_with_it(impl, config_only_model_dir):
+    """SCHEDULED logs the block table the step writes to: a decode sequence gets its new block (may_append)
+    before it is scheduled (_schedule logs the table), so the logged table already holds the new token's slot.
+
+    32 blocks. A and B: 4-token prompts (one full block each), 3 output tokens each.
+    step 0: prefill A:4 B:4, tables A [0], B [1]; each samples its 5th token;
+    step 1: decode A B: each 5th token starts a second block: A takes block 2, then B block 3;
+    step 2: decode A B: the 6th tokens fit in those blocks, nothing new; both reach max_tokens.
+    """
+    sim = Sim(impl, config_only_model_dir, 32, max_num_batched_tokens=16, max_model_len=16)
+    sim.add("A", 4, 3, first_token=100)
+    sim.add("B", 4, 3, first_token=200)
+    sim.run()
+    logged = [f"step {e['step']}: {sim.names[e['seq_id']]} {e['block_table']}"
+              for e in sim.sched.log.events if e["event"] == "SCHEDULED"]
+    expected = ["step 0: A [0]", "step 0: B [1]", "step 1: A [0, 2]", "step 1: B [1, 3]",
+                "step 2: A [0, 2]", "step 2: B [1, 3]"]
+    assert_same_list("block_table of each SCHEDULED event (append the block, then _schedule)", expected, logged,
+                     label=lambda i: f"SCHEDULED event {i}")
+
+
+@pytest.mark.points(2)
 @pytest.mark.covers("lab3.preempt")
 def test_preempt_frees_blocks_and_requeues_at_the_front(impl, config_only_model_dir):
     sim = Sim(impl, config_only_model_dir, 8, max_num_batched_tokens=16, max_model_len=16)
