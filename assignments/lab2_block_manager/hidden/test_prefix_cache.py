@@ -107,3 +107,20 @@ def test_hash_collision_is_not_a_hit(observe, monkeypatch):
     observe("cached for b", bm.num_cached_tokens(b))
     lab.prefill(bm, b)
     observe("after b", lab.snapshot(bm, {"a": a, "b": b}))
+
+
+def test_the_latest_publication_of_a_hash_wins(observe):
+    """Three sequences compute one prompt in the same step (none could hit another yet), so three blocks
+    publish each hash; the cache keeps the block published last (the handout's rule)."""
+    lab = Blocks(4)
+    bm = lab.manager(16)
+    prompt = tokens(30, 14)
+    seqs = {name: lab.seq(prompt) for name in "abc"}
+    for seq in seqs.values():
+        bm.allocate(seq)
+    for name in "bca":                               # a publishes last
+        bm.mark_computed(seqs[name], len(seqs[name]))
+    d = lab.seq(prompt + [5, 6])
+    observe("cached for d", bm.num_cached_tokens(d))
+    bm.allocate(d)
+    observe("after d", lab.snapshot(bm, {**seqs, "d": d}))

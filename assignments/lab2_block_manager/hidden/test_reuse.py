@@ -93,3 +93,23 @@ def test_preempted_sequence_reprefills_from_the_cache(observe):
     observe("re-prefill", lab.snapshot(bm, {"seq": seq}))
     bm.mark_computed(seq, len(seq) - seq.num_cached_tokens)
     observe("recomputed", lab.snapshot(bm, {"seq": seq}))
+
+
+def test_reuse_keeps_the_hash_entry_another_block_owns(observe):
+    """Edge case 2 turned around: b's freed blocks are reused, but the prompt's hash entries point at a's
+    blocks (a published last), so a later copy of the prompt still hits a's blocks."""
+    lab = Blocks(4)
+    bm = lab.manager(11)
+    prompt = tokens(80, 9)
+    a, b = lab.seq(prompt), lab.seq(prompt)
+    bm.allocate(a)
+    bm.allocate(b)
+    bm.mark_computed(b, len(b))
+    bm.mark_computed(a, len(a))
+    bm.deallocate(b)
+    d = lab.seq(tokens(600, 26))                     # seven blocks: the five free ones, then b's 5 and 4
+    bm.allocate(d)
+    c = lab.seq(prompt + [3])
+    observe("cached for c", bm.num_cached_tokens(c))
+    bm.allocate(c)
+    observe("after c", lab.snapshot(bm, {"a": a, "c": c, "d": d}))
