@@ -154,8 +154,27 @@ def _compare_body(path: str, mine: list[ast.stmt], theirs: list[ast.stmt], my_li
             edits.append(OutsideEdit(path, node.lineno, f"added `{_label(node, owner)}`", _source(my_lines, node)))
     for key, nodes in pristine.items():
         for node in nodes[used[key]:]:
+            if _still_imported(node, mine):
+                continue          # an import line the student extended: its names still come in, nothing to say
             edits.append(OutsideEdit(path, node.lineno, f"removed `{_label(node, owner)}`",
                                      _short_diff(_source(their_lines, node), "")))
+
+
+def _still_imported(node: ast.stmt, mine: list[ast.stmt]) -> bool:
+    """Does some import of the student's bring in every name that the pristine import `node` did?
+
+    `from collections import OrderedDict` turned into `from collections import
+    OrderedDict, deque` is not a removal: the new line is carried as an
+    addition and the old names stay bound.
+    """
+    def names(stmt: ast.stmt) -> set[tuple]:
+        source = (stmt.module, stmt.level) if isinstance(stmt, ast.ImportFrom) else None
+        return {(source, alias.name, alias.asname) for alias in stmt.names}
+    if not isinstance(node, (ast.Import, ast.ImportFrom)):
+        return False
+    theirs = names(node)
+    mine_names = set().union(*(names(stmt) for stmt in mine if isinstance(stmt, (ast.Import, ast.ImportFrom))))
+    return theirs <= mine_names
 
 
 def _compare_matched(path: str, mine: ast.stmt, theirs: ast.stmt, my_lines: list[str], their_lines: list[str],

@@ -169,7 +169,7 @@ def feedback_markdown(result: dict[str, Any]) -> str:
         lines += [f"- flagged for review: {flag}" for flag in result["flags"]]
     lines += ["", "What runs of your files: the bodies of the exercise regions, plus the definitions you added "
               "outside them (imports, functions, classes, constants, new methods); other changes outside the "
-              "regions are listed above and not run. The grader puts that code into its own copy of the engine "
+              "regions are not run (the notes above list any). The grader puts that code into its own copy of the engine "
               "and compares what it does with the reference, step by step.", ""]
     return "\n".join(lines)
 

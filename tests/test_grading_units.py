@@ -357,3 +357,24 @@ def test_an_error_location_is_given_in_the_students_own_file(tmp_path, tree):
     gist = _error_gist(error)
     told = in_student_terms(gist, files, package)
     assert "ZeroDivisionError" in told and f"{path}:{student_line} (your line, in region lab2.can_append)" in told, told
+
+
+def test_an_extended_import_line_is_an_addition_not_a_removal(tmp_path, tree):
+    """`from collections import OrderedDict` turned into `..., deque` brings in one more name: carried, and
+    not reported as a removal of the old line (which read as if the student had broken the file)."""
+    path = "engine/block_manager.py"
+    original = next(line for line in generate(tree)[path].splitlines() if line.startswith("from collections import"))
+
+    def edit(files):
+        files[path] = files[path].replace(original + "\n", original + ", Counter\n", 1)
+
+    out = extract(_student_tree(tmp_path, tree, edit), tree, "lab2")
+    assert [a.name for a in out.additions[path]] == [original + ", Counter"]
+    mine = [e.describe() for e in out.outside_edits if e.path.endswith(path)]   # (this tree is no release:
+    assert mine == [], mine                                                   # its stand-in switch differs)
+
+    def drop(files):
+        files[path] = files[path].replace(original + "\n", "", 1)
+
+    out = extract(_student_tree(tmp_path / "dropped", tree, drop), tree, "lab2")
+    assert [e.what for e in out.outside_edits if e.path.endswith(path)] == [f"removed `{original}`"]
