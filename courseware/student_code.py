@@ -110,7 +110,17 @@ def suspicious_uses(body: str) -> list[str]:
 
 
 def outside_regions(submission_package: Path, stubs: dict[str, str], out: Extraction) -> None:
-    """Every module's additions (carried when they compile in place) and edits outside the regions."""
+    """Every module's additions (carried when they compile in place) and edits outside the regions.
+
+    A module the student added (a `helpers.py` of their own) is listed too:
+    nothing of it runs, and a region that imports it fails in the grader's
+    copy of the engine as in the self-check's, so the student is told why.
+    """
+    for path in sorted(submission_package.rglob("*.py")) if submission_package.is_dir() else []:
+        relpath = path.relative_to(submission_package).as_posix()
+        if relpath not in stubs and not relpath.startswith("tests/") and "__pycache__" not in path.parts:
+            out.outside_edits.append(OutsideEdit(f"{PACKAGE}/{relpath}", 1, "added a new module: put its code in "
+                                                 "the file that uses it, outside the regions", ""))
     for relpath, pristine in sorted(stubs.items()):
         student_file = submission_package / relpath
         shown = f"{PACKAGE}/{relpath}"

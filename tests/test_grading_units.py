@@ -378,3 +378,13 @@ def test_an_extended_import_line_is_an_addition_not_a_removal(tmp_path, tree):
 
     out = extract(_student_tree(tmp_path / "dropped", tree, drop), tree, "lab2")
     assert [e.what for e in out.outside_edits if e.path.endswith(path)] == [f"removed `{original}`"]
+
+
+def test_a_module_the_student_added_is_named_as_not_run(tmp_path, tree):
+    def edit(files):
+        files["engine/my_helpers.py"] = "def ceil_div(a, b):\n    return -(-a // b)\n"
+
+    out = extract(_student_tree(tmp_path, tree, edit), tree, "lab2")
+    added = [e.describe() for e in out.outside_edits if "my_helpers" in e.path]
+    assert added == [f"{PACKAGE}/engine/my_helpers.py:1: added a new module: put its code in the file that uses it, "
+                     "outside the regions (not run: only region bodies and added definitions are)"]
