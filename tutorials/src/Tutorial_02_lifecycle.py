@@ -42,7 +42,11 @@ from reference import LLM, SamplingParams
 from reference.metrics import check_lifecycle, request_metrics
 
 MODEL = os.environ.get("INFERLAB_MODEL") or str(ensure_tiny_model())
-if not torch.cuda.is_available():
+if torch.cuda.is_available():
+    # GPU 上第一次 prefill 要编译 kernel（一次性的开销），不先跑一遍，下面第一批请求的 TTFT 就几乎全是编译时间
+    LLM(MODEL, device="auto").generate([list(range(1, 40))] * 2, SamplingParams(max_tokens=4, ignore_eos=True),
+                                       use_tqdm=False)
+else:
     torch.set_num_threads(1)  # tiny model：单线程更快
 
 # %% [markdown]
@@ -268,7 +272,10 @@ assert lengths["raw text"] < lengths["user only"] < lengths["system + user"] < l
 # %% [markdown]
 # ## 5. Prefill 是 compute-bound，decode 是 memory-bound：在这台机器上量
 #
-# 讲义说 prefill "计算密集"、decode "显存带宽敏感"。不用猜，量每一步的时间：
+# 讲义说 prefill "计算密集"、decode "显存带宽敏感"。不用猜，量每一步的时间。这一节固定在 **CPU** 上量：
+# tiny model 在 GPU 上太小，1024 个 token 的 prefill 也只是几十个 kernel launch，每一步的时间几乎都是固定开销，
+# 看不出两者的区别（在 H100 上量过：prefill 1024 和 64 个 token 一样快）。Qwen3-0.6B 大小的模型在 H100 上每一步的时间
+# 随 decode batch 怎样变，课程仓库的 `docs/performance.md` 有实测（bench-256 按 batch 分段）。
 #
 # - prefill：一个请求，prompt 从 16 到 1024 个 token，量 prefill 那一步；
 # - decode：batch 里 1 到 16 个请求，量 decode 步。
@@ -283,7 +290,7 @@ import numpy as np
 
 def timed_steps(prompt_lens, max_tokens, decode_steps=0):
     """Median wall time of the prefill step and of the next `decode_steps` decode steps."""
-    engine = LLM(MODEL, device="auto", enable_prefix_caching=False, max_num_seqs=64,
+    engine = LLM(MODEL, device="cpu", enable_prefix_caching=False, max_num_seqs=64,
                  max_num_batched_tokens=max(4096, sum(prompt_lens)))
     sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     for n in prompt_lens:
@@ -308,7 +315,7 @@ for b, t in decode_s.items():
 fig, ax = plt.subplots(figsize=(7, 3.4))
 ax.loglog(PREFILL_TOKENS, [prefill_s[n] / n * 1e6 for n in PREFILL_TOKENS], "o-", color="#d62728", label="prefill (1 request)")
 ax.loglog(DECODE_BATCH, [decode_s[b] / b * 1e6 for b in DECODE_BATCH], "s-", color="#1f77b4", label="decode (batch)")
-ax.set(xlabel="tokens computed in the step", ylabel="us per token", title=f"cost per token ({llm.config.device})")
+ax.set(xlabel="tokens computed in the step", ylabel="us per token", title="cost per token (tiny model, CPU)")
 ax.legend()
 plt.tight_layout()
 plt.show()
@@ -322,7 +329,7 @@ assert prefill_growth > 2 * decode_growth, "prefill time follows the tokens; dec
 # 读图（上一格的断言保证）：decode 每个 token 的成本随 batch 变大而下降得快 —— 一步的时间主要是把权重读一遍和固定开销，
 # 多几个请求几乎不要钱，所以 decode 要靠 **batching** 提高效率（Tutorial 03）。prefill 一步里 token 已经很多，
 # 时间随 token 数增长，再加 token 就是再加计算 —— 所以长 prompt 的 prefill 会把同一步里所有 decode 请求拖住（Tutorial 02 第 2 节的 stalled，
-# Tutorial 07 的 chunked prefill）。tiny model 在 CPU 上数字很小，形状和 GPU 上的大模型一样；有 GPU 时同一格会在 GPU 上量。
+# Tutorial 07 的 chunked prefill）。tiny model 在 CPU 上数字很小，形状和 GPU 上的大模型一样。
 
 # %% [markdown]
 # ## 6. 端到端：T_e2e = TTFT + (N_out − 1)·TPOT + T_stream，和流式返回
