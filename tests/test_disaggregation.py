@@ -79,3 +79,20 @@ def test_a_bad_request_is_refused_and_the_engines_keep_serving(pd):
 def test_no_process_left_behind_after_module(pd):
     pd.close()
     assert multiprocessing.active_children() == []
+
+
+@pytest.mark.gpu
+def test_both_engines_on_one_gpu_give_the_single_engines_tokens(tiny_model_dir):
+    """One GPU: prefill and decode share it and send K/V through the CPU (gloo), as Tutorial 09 runs there.
+
+    Both processes used to call torch.cuda.set_device("cuda"), which torch refuses without an index.
+    """
+    config = {**CONFIG, "device": "cuda"}
+    prompts = [[5, 6, 7] * 4, list(range(100, 140))]
+    single = LLM(tiny_model_dir, **config).generate(prompts, PARAMS, use_tqdm=False)
+    engine = DisaggregatedLLM(tiny_model_dir, **config)
+    try:
+        got = engine.generate(prompts, PARAMS)
+    finally:
+        engine.close()
+    assert [r["token_ids"] for r in got] == [o["token_ids"] for o in single]
