@@ -129,7 +129,7 @@ def _engine_main(role: str, model: str, config: dict, init_file: str, control, h
     try:
         prefill_device, decode_device, backend = _devices(config["device"])
         device = prefill_device if role == "prefill" else decode_device
-        if device.startswith("cuda"):
+        if torch.device(device).index is not None:     # "cuda:1" on two GPUs; plain "cuda" (one GPU, shared) as is
             torch.cuda.set_device(torch.device(device))
         rank = PREFILL_RANK if role == "prefill" else DECODE_RANK
         dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=2)
