@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from courseware.terminal import make_console
+from courseware.terminal import make_console, print_error
 from courseware.additions import apply
 from courseware.exercises import PACKAGE, splice, write_package
 from courseware.labs import exercise_labs, lab as registry_lab
@@ -302,11 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return check(args.lab) if args.command == "check" else demo()
     except (ValueError, FileNotFoundError) as err:
-        make_console(stderr=True).print(f"[bold red]error:[/bold red] {escape(str(err))}")
+        print_error(err)
         return 2
     except NotImplementedError as err:
-        make_console(stderr=True).print(f"[bold red]not written yet:[/bold red] region {escape(str(err))} "
-                                        "raises NotImplementedError: write it, then run the demo again")
+        print_error(f"region {err} raises NotImplementedError: write it, then run the demo again",
+                    heading="not written yet")
         return 1
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
 
-from courseware.terminal import make_console
+from courseware.terminal import make_console, print_error
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -63,7 +62,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
               "num_kvcache_blocks": args.num_kvcache_blocks, "max_model_len": args.max_model_len,
               "enable_chunked_prefill": args.enable_chunked_prefill, "async_scheduling": args.async_scheduling,
               "enforce_eager": args.enforce_eager, "lifecycle_log": args.lifecycle_log}
-    Console(stderr=True).print(f"serving [bold]{model}[/bold] on http://{args.host}:{args.port}/v1")
+    make_console(stderr=True).print(f"serving [bold]{model}[/bold] on http://{args.host}:{args.port}/v1")
     serve(model, args.host, args.port, args.served_model_name, args.max_waiting_requests, **engine)
     return 0
 
@@ -77,7 +76,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
                        term=args.term, assignment=not args.no_assignment,
                        progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
     except RuntimeError as err:  # the notebook packages, Chromium or the CJK font are missing
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {err}")
+        print_error(err)
         return 2
     for r in report.notebooks:
         status = "[green]ok[/green]" if r.error is None else "[bold red]FAILED[/bold red]"
@@ -216,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ValueError, TypeError, FileNotFoundError) as err:
-        Console(stderr=True).print(f"[bold red]error:[/bold red] {err}")
+        print_error(err)
         return 2
 
 

@@ -48,10 +48,14 @@ def test_make_tiny_model_and_trace_commands(tmp_path, capsys):
 
 
 def test_cli_reports_bad_input_without_traceback(tmp_path, capsys):
-    bad = tmp_path / "bad.jsonl"
+    # A path longer than any console width: the error must stay one line (CI's checkout path is long).
+    deep = tmp_path / ("a-rather-long-folder-name-" * 8)
+    deep.mkdir()
+    bad = deep / "bad[1].jsonl"
     bad.write_text("{not json\n")
     assert main(["trace", str(bad)]) == 2
-    assert "line 1" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{bad}, line 1" in err, err
     assert main(["demo", "--device", "cpu", "--model", str(tmp_path / "missing")]) == 2
 
 
