@@ -90,10 +90,29 @@ class ElementwiseOps:
         """
         global _FUSED_OPS
         if _FUSED_OPS is None:
-            compile_ = lambda fn: torch.compile(fn, dynamic=True)
-            _FUSED_OPS = ElementwiseOps(compile_(rms_norm), compile_(add_rms_norm), compile_(qk_norm_rope),
-                                        compile_(silu_and_mul))
+            _FUSED_OPS = ElementwiseOps(*(compile_rows_dynamic(fn) for fn in
+                                          (rms_norm, add_rms_norm, qk_norm_rope, silu_and_mul)))
         return _FUSED_OPS
+
+
+def compile_rows_dynamic(fn):
+    """torch.compile `fn` with only the token dimension (dim 0 of each matrix argument) dynamic.
+
+    Token counts change every step, so dim 0 must not be specialised. The
+    other sizes (hidden, heads, head_dim) are the model's: with those symbolic
+    too (`dynamic=True`) inductor could not vectorise the loads of a row or
+    keep a 128-wide norm in registers, and a prefill step's elementwise
+    kernels ran far below the memory bandwidth (docs/performance.md). The price: a second
+    model shape in one process compiles again (then with those sizes dynamic).
+    """
+    compiled = torch.compile(fn)
+
+    def call(*args):
+        for arg in args:
+            if isinstance(arg, torch.Tensor) and arg.dim() > 1:
+                torch._dynamo.maybe_mark_dynamic(arg, 0)
+        return compiled(*args)
+    return call
 
 
 EAGER_OPS = ElementwiseOps()
