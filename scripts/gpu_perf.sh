@@ -6,6 +6,7 @@
 #   OUT=/dir bash scripts/gpu_perf.sh tests both3 profile      # call 5: fused elementwise ops (residual stream)
 #   OUT=/dir bash scripts/gpu_perf.sh tests both3              # call 6: + longest-first decode order
 #   OUT=/dir bash scripts/gpu_perf.sh gemms gemm_probes        # session 5: decode GEMMs (calls 7 and 8 ran each alone)
+#   OUT=/dir bash scripts/gpu_perf.sh prefill_ab ops_ab         # session 6: elementwise ops with static hidden sizes
 # Each part has its own time limit, so one hang cannot take the whole call.
 # INFERLAB_CACHE is left to its default: the random model and tiny model are built there once.
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -14,6 +15,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 cat COMMIT 2>/dev/null | tee -a "$OUT/gpu.txt"
 # A command, not a shell function, so that `timeout` can run it.
 BENCH=(python3 -c "import sys; from inferlab.cli import main; main(sys.argv[1:])" bench --workload bench-256)
+# The same bench with the elementwise ops compiled the way they were before session 6 (every size dynamic).
+ALL_DYNAMIC="import sys, torch; from reference.models import qwen3 as q
+q._FUSED_OPS = q.ElementwiseOps(*(torch.compile(f, dynamic=True) for f in (q.rms_norm, q.add_rms_norm, q.qk_norm_rope, q.silu_and_mul)))
+from inferlab.cli import main; main(sys.argv[1:])"
 for part in "$@"; do
   echo "=== $part $(date +%T)"
   case "$part" in
@@ -27,6 +32,14 @@ for part in "$@"; do
     gemms) timeout 480 python3 scripts/decode_gemms.py --part sweep --out "$OUT/decode_gemms.json" 2>&1 | tee "$OUT/decode_gemms.txt" | tail -50 ;;
     gemm_probes) timeout 420 python3 scripts/decode_gemms.py --part probes --out "$OUT/decode_gemm_probes.json" \
       --best "${BEST:-docs/results/2026-11-24/session5/decode_gemms.json}" 2>&1 | tee "$OUT/decode_gemm_probes.txt" | tail -20 ;;
+    prefill_ab)
+      timeout 120 python3 scripts/profile_prefill.py --out "$OUT/prefill_rows.json" 2>&1 | tee "$OUT/prefill_rows.txt" | tail -30
+      timeout 120 python3 scripts/profile_prefill.py --all-dynamic --out "$OUT/prefill_all.json" 2>&1 | tee "$OUT/prefill_all.txt" | tail -30 ;;
+    ops_ab)   # interleaved on one machine: now, before, now, before, now
+      for run in new1 old1 new2 old2 new3; do
+        code="import sys; from inferlab.cli import main; main(sys.argv[1:])"; [[ $run == old* ]] && code=$ALL_DYNAMIC
+        timeout 110 python3 -c "$code" bench --workload bench-256 --scheduling async --out "$OUT/bench256_async_$run.json" 2>&1 | tail -4
+      done ;;
     gap) timeout 240 python3 scripts/step_gap.py --out "$OUT/gap.json" 2>&1 | tail -22 ;;
     hf) timeout 560 "${BENCH[@]}" --compare hf --hf-batch-size 256 --out "$OUT/bench256_async_hf.json" 2>&1 | tail -14 ;;
   esac

@@ -1,0 +1,171 @@
+"""How far is a bench-256 prefill step from its GEMM floor? (GPU; used for docs/performance.md)
+
+Admits bench-256's prompts into the bench's engine, runs the first prefill step
+(torch.compile's dynamic kernels and the flash kernel warm up), then takes the
+second scheduled prefill batch and measures it:
+
+- the CPU's `prepare_prefill` (median of repeats), against a vectorised variant
+  that builds the same tensors with numpy (checked equal first);
+- the forward pass plus the logits of each sequence's last token, timed with
+  CUDA events (median of repeats), and its kernels by group with torch.profiler;
+- the GEMM floor: every projection of the model (28 layers x qkv, o, gate_up,
+  down) alone, one after another at the step's token count, with the model's
+  own weights (cuBLAS, as F.linear calls it), timed the same way.
+
+Re-running the step's forward rewrites the same KV slots with the same values,
+so the measurement leaves the engine's state as it found it.
+`--all-dynamic` compiles the elementwise ops with every size dynamic (the way
+the engine did before `compile_rows_dynamic`), for an A/B in separate processes.
+Run: python scripts/profile_prefill.py [--repeats 10] [--all-dynamic] [--out prefill.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, ".")
+from courseware.bench import make_random_model, make_workload, random_model_dir  # noqa: E402
+from reference import LLM, SamplingParams  # noqa: E402
+from reference.models import qwen3  # noqa: E402
+from reference.layers.linear import ColumnParallelLinear, RowParallelLinear  # noqa: E402
+
+
+def kernel_group(name: str) -> str:
+    n = name.lower()
+    if "flash" in n or "fmha" in n:
+        return "attention (flash varlen)"
+    if "store_kv" in n:
+        return "kv store"
+    if any(s in n for s in ("gemm", "cutlass", "nvjet", "sm90", "cublas", "matmul")):
+        return "GEMM"
+    if n.startswith("triton_"):
+        return "compiled elementwise (norms, rope, silu, adds)"
+    return "other (embedding, copies, index, casts)"
+
+
+def gpu_ms(fn, repeats: int) -> float:
+    """Median milliseconds of fn() on the GPU, each run between two events."""
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def cpu_ms(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def prepare_prefill_numpy(runner, seqs):
+    """The flat prefill inputs of `prepare_prefill`, built with numpy instead of per-token Python lists."""
+    bs = runner.block_size
+    starts = np.array([s.num_cached_tokens for s in seqs], dtype=np.int64)
+    ends = starts + np.array([s.num_scheduled_tokens for s in seqs], dtype=np.int64)
+    counts = ends - starts
+    input_ids = np.concatenate([np.asarray(s.token_ids[a:b], dtype=np.int64) for s, a, b in zip(seqs, starts, ends)])
+    row = np.repeat(np.arange(len(seqs)), counts)
+    positions = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(starts, counts)
+    width = max(len(s.block_table) for s in seqs)
+    tables = np.zeros((len(seqs), width), dtype=np.int64)
+    for table_row, s in zip(tables, seqs):
+        table_row[:len(s.block_table)] = s.block_table
+    slots = tables[row, positions // bs] * bs + positions % bs
+    return runner._tensor(input_ids), runner._tensor(positions), runner._tensor(slots)
+
+
+@torch.inference_mode()
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--all-dynamic", action="store_true")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    if args.all_dynamic:
+        fns = (qwen3.rms_norm, qwen3.add_rms_norm, qwen3.qk_norm_rope, qwen3.silu_and_mul)
+        qwen3._FUSED_OPS = qwen3.ElementwiseOps(*(torch.compile(fn, dynamic=True) for fn in fns))
+    model = make_random_model(random_model_dir())
+    requests = make_workload("bench-256", 151936)
+    max_len = max(len(r.prompt) + r.output_len for r in requests)
+    llm = LLM(str(model), device="cuda", dtype="bfloat16", max_model_len=max_len, max_num_seqs=256,
+              max_num_batched_tokens=16384, kvcache_block_size=16)
+    for r in requests:
+        llm.add_request(r.prompt, SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True))
+    llm.step()                                   # the first prefill step: warm-up
+    runner = llm.model_runner
+    seqs, is_prefill = llm.scheduler.schedule()
+    assert is_prefill, "the second step of bench-256 should be a prefill"
+    tokens = sum(s.num_scheduled_tokens for s in seqs)
+    result: dict = {"sequences": len(seqs), "tokens": tokens, "all_dynamic": args.all_dynamic}
+
+    ids, positions, meta = runner.prepare_prefill(seqs)
+    np_ids, np_pos, np_slots = prepare_prefill_numpy(runner, seqs)
+    assert torch.equal(np_ids, ids) and torch.equal(np_pos, positions) and torch.equal(np_slots, meta.slot_mapping)
+    result["prepare_prefill_ms"] = cpu_ms(lambda: runner.prepare_prefill(seqs), args.repeats)
+    result["prepare_prefill_numpy_ms"] = cpu_ms(lambda: prepare_prefill_numpy(runner, seqs), args.repeats)
+
+    last = meta.cu_seqlens_q[1:] - 1
+    step = lambda: runner.model.compute_logits(runner.model(ids, positions, meta)[last])
+    step()
+    result["forward_and_logits_ms"] = gpu_ms(step, args.repeats)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+    groups: dict[str, float] = defaultdict(float)
+    kernels = []
+    for evt in prof.key_averages():
+        if evt.device_type == torch.autograd.DeviceType.CUDA:
+            ms = evt.self_device_time_total / 3 / 1e3
+            groups[kernel_group(evt.key)] += ms
+            kernels.append((ms, evt.count // 3, evt.key[:90]))
+    result["profile_ms"] = dict(sorted(groups.items(), key=lambda kv: -kv[1]))
+    result["top_kernels"] = [{"ms": ms, "calls": n, "name": k} for ms, n, k in sorted(kernels, reverse=True)[:20]]
+
+    linears = [m for m in runner.model.modules() if isinstance(m, (ColumnParallelLinear, RowParallelLinear))]
+    inputs = {m.weight.shape[1]: torch.randn(tokens, m.weight.shape[1], device="cuda", dtype=torch.bfloat16)
+              for m in linears}
+    floor = lambda: [F.linear(inputs[m.weight.shape[1]], m.weight) for m in linears]
+    floor()
+    result["gemm_floor_ms"] = gpu_ms(floor, args.repeats)
+    flops = sum(2 * tokens * m.weight.numel() for m in linears)
+    result["gemm_tflops"] = flops / result["gemm_floor_ms"] / 1e9
+    result["forward_over_floor"] = result["forward_and_logits_ms"] / result["gemm_floor_ms"]
+
+    print(f"prefill step: {len(seqs)} sequences, {tokens} tokens")
+    print(f"  prepare_prefill (CPU): {result['prepare_prefill_ms']:.2f} ms "
+          f"(numpy variant {result['prepare_prefill_numpy_ms']:.2f} ms)")
+    print(f"  forward + last-token logits (GPU events): {result['forward_and_logits_ms']:.2f} ms")
+    print(f"  GEMM floor ({len(linears)} projections alone, cuBLAS): {result['gemm_floor_ms']:.2f} ms "
+          f"({result['gemm_tflops']:.0f} TFLOP/s); forward / floor {result['forward_over_floor']:.2f}x")
+    total = sum(groups.values())
+    print(f"  kernels by group (profiler, {total:.2f} ms):")
+    for name, ms in result["profile_ms"].items():
+        print(f"    {name:48s} {ms:7.2f} ms  {ms / total:5.1%}")
+    print("  top kernels:")
+    for k in result["top_kernels"]:
+        print(f"    {k['ms']:7.3f} ms  x{k['calls']:<4d} {k['name']}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
