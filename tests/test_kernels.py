@@ -158,6 +158,26 @@ def test_split_rule_splits_small_batches_only():
     assert num_splits(256, 8) == 1 and num_splits(1, 8) > 1
 
 
+@pytest.mark.parametrize("q_heads, kv_heads, head_dim", [(16, 8, 128), (6, 2, 16), (5, 1, 80)])
+def test_interpreted_qk_norm_rope_matches_eager(interpreted_kernels, q_heads, kv_heads, head_dim):
+    """q and k in one launch, as views into one qkv row (as the model passes them); head counts and
+    half head dims that are not powers of two are masked lanes."""
+    from reference.kernels.qk_norm_rope import qk_norm_rope_triton
+    from reference.models.qwen3 import RotaryEmbedding, qk_norm_rope
+    gen = torch.Generator().manual_seed(head_dim)
+    for tokens in (1, 7):
+        qkv = torch.randn(tokens, (q_heads + 2 * kv_heads) * head_dim, generator=gen) * 3
+        q, k, _ = qkv.split([q_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+        q, k = q.view(tokens, q_heads, head_dim), k.view(tokens, kv_heads, head_dim)
+        q_weight, k_weight = torch.rand(head_dim, generator=gen) + 0.5, torch.rand(head_dim, generator=gen) + 0.5
+        cos, sin = RotaryEmbedding(head_dim, 1e6)(torch.randint(0, 4096, (tokens,), generator=gen), torch.float32)
+        got = qk_norm_rope_triton(q, k, q_weight, k_weight, 1e-6, cos, sin)
+        want = qk_norm_rope(q, k, q_weight, k_weight, 1e-6, cos, sin)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.is_contiguous()
+            assert rel_err(g, w) < REL_TOL[torch.float32], f"{tokens} tokens"
+
+
 @pytest.mark.parametrize("kv_heads, head_dim", [(2, 16), (8, 32)])
 def test_interpreted_store_matches_oracle(interpreted_kernels, kv_heads, head_dim):
     kv_store, _ = interpreted_kernels

@@ -67,7 +67,9 @@ class ElementwiseOps:
     Eager PyTorch runs each of them as several tiny kernels; on a GPU that is
     ~60 launches per layer, which cost a third of a decode step at batch 256.
     `fused()` returns the same functions compiled by torch.compile, each one
-    fused Triton kernel (one per output shape); the math is unchanged.
+    fused Triton kernel (one per output shape), except the q/k norms with
+    RoPE: inductor makes two kernels of that one, so a hand-written Triton
+    kernel does it (reference/kernels/qk_norm_rope.py). The math is unchanged.
 
     The functions are cut so that each compiled one covers everything between
     two GEMMs: a residual add with the norm after it (`add_rms_norm`), and the
@@ -91,8 +93,9 @@ class ElementwiseOps:
         """
         global _FUSED_OPS
         if _FUSED_OPS is None:
-            _FUSED_OPS = ElementwiseOps(*(compile_rows_dynamic(fn) for fn in
-                                          (rms_norm, add_rms_norm, qk_norm_rope, silu_and_mul)))
+            from student_exercises.kernels.qk_norm_rope import qk_norm_rope_triton   # q and k in one launch, not two
+            _FUSED_OPS = ElementwiseOps(compile_rows_dynamic(rms_norm), compile_rows_dynamic(add_rms_norm),
+                                        qk_norm_rope_triton, compile_rows_dynamic(silu_and_mul))
         return _FUSED_OPS
 
 
