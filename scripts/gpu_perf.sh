@@ -7,6 +7,7 @@
 #   OUT=/dir bash scripts/gpu_perf.sh tests both3              # call 6: + longest-first decode order
 #   OUT=/dir bash scripts/gpu_perf.sh gemms gemm_probes        # session 5: decode GEMMs (calls 7 and 8 ran each alone)
 #   OUT=/dir bash scripts/gpu_perf.sh prefill_ab ops_ab         # session 6: elementwise ops with static hidden sizes
+#   OUT=/dir bash scripts/gpu_perf.sh prefill async3            # session 6: + one q/k norm-rope kernel
 # Each part has its own time limit, so one hang cannot take the whole call.
 # INFERLAB_CACHE is left to its default: the random model and tiny model are built there once.
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
@@ -32,6 +33,8 @@ for part in "$@"; do
     gemms) timeout 480 python3 scripts/decode_gemms.py --part sweep --out "$OUT/decode_gemms.json" 2>&1 | tee "$OUT/decode_gemms.txt" | tail -50 ;;
     gemm_probes) timeout 420 python3 scripts/decode_gemms.py --part probes --out "$OUT/decode_gemm_probes.json" \
       --best "${BEST:-docs/results/2026-11-24/session5/decode_gemms.json}" 2>&1 | tee "$OUT/decode_gemm_probes.txt" | tail -20 ;;
+    prefill) timeout 120 python3 scripts/profile_prefill.py --out "$OUT/prefill.json" 2>&1 | tee "$OUT/prefill.txt" | tail -30 ;;
+    async3) for i in 1 2 3; do timeout 100 "${BENCH[@]}" --scheduling async --out "$OUT/bench256_async_$i.json" 2>&1 | tail -4; done ;;
     prefill_ab)
       timeout 120 python3 scripts/profile_prefill.py --out "$OUT/prefill_rows.json" 2>&1 | tee "$OUT/prefill_rows.txt" | tail -30
       timeout 120 python3 scripts/profile_prefill.py --all-dynamic --out "$OUT/prefill_all.json" 2>&1 | tee "$OUT/prefill_all.txt" | tail -30 ;;
