@@ -25,7 +25,7 @@ from tests.grading_fixtures import searchable_folder, with_bodies, write_submiss
 pytestmark = pytest.mark.slow
 
 SPIN = '''import time
-_until = time.perf_counter() + 0.0012
+_until = time.perf_counter() + 0.0025
 while time.perf_counter() < _until:
     pass
 '''
