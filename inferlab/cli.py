@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-
 from courseware.terminal import make_console, print_error
 
 

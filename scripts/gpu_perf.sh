@@ -16,10 +16,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 cat COMMIT 2>/dev/null | tee -a "$OUT/gpu.txt"
 # A command, not a shell function, so that `timeout` can run it.
 BENCH=(python3 -c "import sys; from inferlab.cli import main; main(sys.argv[1:])" bench --workload bench-256)
-# The same bench with the elementwise ops compiled the way they were before session 6 (every size dynamic).
-ALL_DYNAMIC="import sys, torch; from reference.models import qwen3 as q
-q._FUSED_OPS = q.ElementwiseOps(*(torch.compile(f, dynamic=True) for f in (q.rms_norm, q.add_rms_norm, q.qk_norm_rope, q.silu_and_mul)))
-from inferlab.cli import main; main(sys.argv[1:])"
+# The same bench with the elementwise ops compiled the way they were before session 6.
+ALL_DYNAMIC="import sys; sys.path.insert(0, 'scripts'); from profile_prefill import use_all_dynamic_ops
+use_all_dynamic_ops(); from inferlab.cli import main; main(sys.argv[1:])"
 for part in "$@"; do
   echo "=== $part $(date +%T)"
   case "$part" in

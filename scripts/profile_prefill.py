@@ -14,8 +14,8 @@ second scheduled prefill batch and measures it:
 
 Re-running the step's forward rewrites the same KV slots with the same values,
 so the measurement leaves the engine's state as it found it.
-`--all-dynamic` compiles the elementwise ops with every size dynamic (the way
-the engine did before `compile_rows_dynamic`), for an A/B in separate processes.
+`--all-dynamic` compiles the elementwise ops the way the engine did before
+session 6 (`use_all_dynamic_ops`), for an A/B in separate processes.
 Run: python scripts/profile_prefill.py [--repeats 10] [--all-dynamic] [--out prefill.json]
 """
 from __future__ import annotations
@@ -26,29 +26,35 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, ".")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from courseware.bench import make_random_model, make_workload, random_model_dir  # noqa: E402
 from reference import LLM, SamplingParams  # noqa: E402
 from reference.models import qwen3  # noqa: E402
+from profile_decode import kernel_group as decode_kernel_group  # noqa: E402
 from reference.layers.linear import ColumnParallelLinear, RowParallelLinear  # noqa: E402
 
 
 def kernel_group(name: str) -> str:
-    n = name.lower()
-    if "flash" in n or "fmha" in n:
-        return "attention (flash varlen)"
-    if "store_kv" in n:
-        return "kv store"
-    if any(s in n for s in ("gemm", "cutlass", "nvjet", "sm90", "cublas", "matmul")):
-        return "GEMM"
-    if n.startswith("triton_"):
-        return "compiled elementwise (norms, rope, silu, adds)"
-    return "other (embedding, copies, index, casts)"
+    """profile_decode's groups, with the elementwise kernels (compiled, and the q/k kernel) apart from copies."""
+    if name.startswith("triton_") or "qk_norm_rope" in name:
+        return "elementwise (norms, rope, silu, adds)"
+    return decode_kernel_group(name)
+
+
+def use_all_dynamic_ops() -> None:
+    """Compile the elementwise ops as the engine did before session 6: every size dynamic, q/k by inductor.
+
+    Call before building an engine (gpu_perf.sh's `ops_ab` does, for the bench).
+    """
+    fns = (qwen3.rms_norm, qwen3.add_rms_norm, qwen3.qk_norm_rope, qwen3.silu_and_mul)
+    qwen3._FUSED_OPS = qwen3.ElementwiseOps(*(torch.compile(fn, dynamic=True) for fn in fns))
 
 
 def gpu_ms(fn, repeats: int) -> float:
@@ -99,8 +105,7 @@ def main() -> None:
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.all_dynamic:
-        fns = (qwen3.rms_norm, qwen3.add_rms_norm, qwen3.qk_norm_rope, qwen3.silu_and_mul)
-        qwen3._FUSED_OPS = qwen3.ElementwiseOps(*(torch.compile(fn, dynamic=True) for fn in fns))
+        use_all_dynamic_ops()
     model = make_random_model(random_model_dir())
     requests = make_workload("bench-256", 151936)
     max_len = max(len(r.prompt) + r.output_len for r in requests)
