@@ -134,6 +134,7 @@ def time_by_batch(events: list[dict], end_time: float) -> list[dict]:
 def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
     """Submit every request at once, step to completion; throughput and latency from the engine."""
     from reference import LLM, SamplingParams
+    from reference.engine.collector import full_collections_deferred
     from reference.metrics import check_lifecycle, request_metrics
 
     max_len = max(len(r.prompt) + r.output_len for r in requests)
@@ -146,19 +147,20 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
     # What a serving engine does after start-up (vLLM freezes its heap too): the objects alive now (the
     # model, compiled code and graphs, tens of thousands) leave the collector's sight. Without this,
     # full collections scanning them were a large share of a synchronous decode step at batch 256
-    # (scripts/step_gap.py; docs/performance.md).
+    # (scripts/step_gap.py; docs/performance.md). During the run, full collections wait as in LLM.generate.
     gc.collect()
     gc.freeze()
     sync()
-    start = time.perf_counter()
-    for r in requests:
-        llm.add_request(r.prompt, SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True))
-    steps = 0
-    while not llm.is_finished():
-        llm.step()
-        steps += 1
-    sync()
-    end = time.perf_counter()
+    with full_collections_deferred():
+        start = time.perf_counter()
+        for r in requests:
+            llm.add_request(r.prompt, SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True))
+        steps = 0
+        while not llm.is_finished():
+            llm.step()
+            steps += 1
+        sync()
+        end = time.perf_counter()
     gc.unfreeze()
     elapsed = end - start
     events = llm.log.events[first_event:]

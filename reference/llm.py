@@ -13,6 +13,7 @@ from typing import Iterator, Sequence as Seq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from reference.detokenizer import IncrementalDetokenizer
+from reference.engine.collector import full_collections_deferred
 from reference.engine.llm_engine import LLMEngine, StepOutput
 from reference.sampling_params import SamplingParams
 
@@ -129,13 +130,15 @@ class LLM(LLMEngine):
         """Run prompts to completion; results in input order as {text, token_ids, finish_reason}.
 
         A request that failed inside a step has finish_reason "error" and its
-        message under "error"; the others are unaffected.
+        message under "error"; the others are unaffected. Full garbage
+        collections wait until the batch is done (`full_collections_deferred`).
         """
         seq_ids = self._submit(prompts, sampling_params)
         pending = set(seq_ids)
         try:
-            with Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          disable=not use_tqdm, transient=True) as progress:
+            with full_collections_deferred(), \
+                    Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                             disable=not use_tqdm, transient=True) as progress:
                 task = progress.add_task("generate", total=len(seq_ids))
                 while pending:
                     outputs = self._buffered(pending)

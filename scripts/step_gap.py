@@ -7,8 +7,9 @@ scripts/profile_decode.py (docs/performance.md). This runs the bench's engine th
 postprocess) and around Python's garbage collections (a collection's time also counts
 in the phase that triggered it), and prints milliseconds per step by decode-batch band.
 Each mode is one engine: sync or async scheduling, with or without `gc.freeze()` after
-the warm-up (what `run_engine` does now).
-Run: python scripts/step_gap.py [--modes sync,sync-freeze,async-freeze] [--out gap.json]
+the warm-up, and with or without full collections deferred during the run
+(`-defer`; `run_engine` does both now: async-freeze-defer).
+Run: python scripts/step_gap.py [--modes sync,sync-freeze,async-freeze,async-freeze-defer] [--out gap.json]
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import json
 import sys
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 
 import torch
 
@@ -25,6 +27,7 @@ sys.path.insert(0, ".")
 import reference.engine.model_runner as model_runner_module  # noqa: E402
 from courseware.bench import BATCH_BANDS, make_random_model, make_workload, random_model_dir  # noqa: E402
 from reference import LLM, SamplingParams  # noqa: E402
+from reference.engine.collector import full_collections_deferred  # noqa: E402
 
 
 def band_of(batch: int, is_prefill: bool) -> str:
@@ -34,7 +37,7 @@ def band_of(batch: int, is_prefill: bool) -> str:
     return f"decode {lo}-{hi}" if hi else f"decode {lo}+"
 
 
-def run(scheduling: str, freeze: bool) -> dict:
+def run(scheduling: str, freeze: bool, defer: bool) -> dict:
     model = str(make_random_model(random_model_dir()))
     requests = make_workload("bench-256", 151936)
     max_len = max(len(r.prompt) + r.output_len for r in requests)
@@ -83,25 +86,27 @@ def run(scheduling: str, freeze: bool) -> dict:
     bands: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     counts: dict[str, int] = defaultdict(int)
     start = time.perf_counter()
-    while not llm.is_finished():
-        current.clear()
-        first = len(llm.log.events)
-        t = time.perf_counter()
-        llm.step()
-        wall = time.perf_counter() - t
-        step = next((e for e in llm.log.events[first:] if e["event"] == "STEP"), None)
-        band = "read-back only" if step is None else band_of(step["batch_size"], step["is_prefill"])
-        counts[band] += 1
-        bands[band]["step wall"] += wall
-        for k, v in current.items():
-            bands[band][k] += v
-    torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
+    with full_collections_deferred() if defer else nullcontext():
+        while not llm.is_finished():
+            current.clear()
+            first = len(llm.log.events)
+            t = time.perf_counter()
+            llm.step()
+            wall = time.perf_counter() - t
+            step = next((e for e in llm.log.events[first:] if e["event"] == "STEP"), None)
+            band = "read-back only" if step is None else band_of(step["batch_size"], step["is_prefill"])
+            counts[band] += 1
+            bands[band]["step wall"] += wall
+            for k, v in current.items():
+                bands[band][k] += v
+        torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
     gc.callbacks.remove(on_gc)
     if freeze:
         gc.unfreeze()
     out = sum(r.output_len for r in requests)
-    result = {"scheduling": scheduling, "gc_freeze": freeze, "elapsed_s": elapsed, "output_tok_per_s": out / elapsed,
+    result = {"scheduling": scheduling, "gc_freeze": freeze, "full_collections_deferred": defer,
+              "elapsed_s": elapsed, "output_tok_per_s": out / elapsed,
               "bands": {b: {"steps": counts[b], **{k: v / counts[b] * 1e3 for k, v in d.items()}}
                         for b, d in bands.items()}}
     del llm, runner, timed
@@ -112,12 +117,13 @@ def run(scheduling: str, freeze: bool) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--modes", default="sync,sync-freeze,async-freeze")
+    parser.add_argument("--modes", default="sync,sync-freeze,async-freeze,async-freeze-defer")
     parser.add_argument("--out")
     args = parser.parse_args()
-    results = [run(mode.split("-")[0], mode.endswith("-freeze")) for mode in args.modes.split(",")]
+    results = [run(mode.split("-")[0], "-freeze" in mode, mode.endswith("-defer")) for mode in args.modes.split(",")]
     for r in results:
-        print(f"\n{r['scheduling']}, gc.freeze {r['gc_freeze']}: {r['output_tok_per_s']:,.0f} output tok/s, "
+        print(f"\n{r['scheduling']}, gc.freeze {r['gc_freeze']}, full collections deferred "
+              f"{r['full_collections_deferred']}: {r['output_tok_per_s']:,.0f} output tok/s, "
               f"{r['elapsed_s']:.2f} s   (ms per step)")
         for band, d in sorted(r["bands"].items()):
             print(f"  {band:16s} steps {d['steps']:4d}: " + ", ".join(f"{k} {v:.2f}" for k, v in d.items()
