@@ -392,7 +392,8 @@ def oracle_varlen_causal(q, k, v, cu_q, cu_k, scale):
         keys = k[k0:k1].float().repeat_interleave(group, dim=1)
         values = v[k0:k1].float().repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", q[q0:q1].float(), keys) * scale
-        allowed = torch.arange(n_k, device=q.device)[None, :] <= (n_k - n_q) + torch.arange(n_q, device=q.device)[:, None]
+        key, query = torch.arange(n_k, device=q.device), torch.arange(n_q, device=q.device)
+        allowed = key[None, :] <= (n_k - n_q) + query[:, None]
         scores = scores.masked_fill(~allowed, float("-inf"))
         out[q0:q1] = torch.einsum("hqk,khd->qhd", scores.softmax(-1), values)
     return out

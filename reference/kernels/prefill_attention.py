@@ -82,10 +82,10 @@ def _attend_tiles(acc, m, l, q, k_ptr, v_ptr, k_row0, k_col, v_col, stride_kt, s
 def _prefill_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, cu_q_ptr, cu_k_ptr, qk_scale,
                               stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                               stride_ot, stride_oh,
-                              GROUP: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, HEAD_DIM: tl.constexpr,
-                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr):
-    """Program (head slot, sequence, M tile from the last): BLOCK_M rows of HEADS_PER_PROGRAM heads."""
-    TOKENS: tl.constexpr = BLOCK_M // HEADS_PER_PROGRAM
+                              GROUP: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, TOKENS: tl.constexpr,
+                              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                              PRECISION: tl.constexpr):
+    """Program (head slot, sequence, M tile from the last): BLOCK_M rows = TOKENS tokens x HEADS_PER_PROGRAM."""
     seq = tl.program_id(1)
     m_tile = tl.num_programs(2) - 1 - tl.program_id(2)
     q_start = tl.load(cu_q_ptr + seq).to(tl.int32)
@@ -190,6 +190,6 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seql
     _prefill_attention_kernel[grid](
         q, k, v, out, cu_seqlens_q, cu_seqlens_k, scale * LOG2_E,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        GROUP=group, HEADS_PER_PROGRAM=heads_per_program, HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n,
-        PRECISION=precision, num_warps=num_warps, num_stages=num_stages)
+        GROUP=group, HEADS_PER_PROGRAM=heads_per_program, TOKENS=tokens_per_program, HEAD_DIM=head_dim,
+        BLOCK_M=block_m, BLOCK_N=block_n, PRECISION=precision, num_warps=num_warps, num_stages=num_stages)
     return out
