@@ -9,25 +9,28 @@ aligned to the end, query j of n_q seeing keys 0 .. n_k - n_q + j.
 One program takes one tile of BLOCK_M rows of one sequence: BLOCK_M query
 tokens of one query head, or, with `group_heads`, BLOCK_M // group tokens of
 all `group` query heads that share one KV head (token-major rows, so each
-token's heads are one contiguous load). The grouped form reads each K/V tile
-once for the whole group instead of once per head; its price is half as many
-tokens per tile (a wider diagonal relative to the tile, more masked work) and
-half as many programs.
+token's heads are one contiguous load). Either way a K/V tile loaded feeds a
+BLOCK_M x BLOCK_N product, so loads per FLOP are the same; the grouped tile
+covers group times fewer tokens, a finer cut along the causal diagonal (less
+work wasted above it), where the ungrouped one relies on the group's heads
+running side by side for its K/V reads to meet in L2. Which wins is measured
+(scripts/prefill_attention_bench.py), not assumed.
 
 It walks the keys in tiles of BLOCK_N with an online softmax in fp32, exp2
 with log2(e) folded into the scale. The walk stops at the causal limit of the
 tile's last row and is split in two loops: the tiles every row of the tile
 sees whole, loaded and scored without a mask, then the few tiles across the
 diagonal (and the ragged end of the keys), which pay for the mask. Rows past
-the sequence's end (its last tile) compute on zeros and are not stored.
+the sequence's end (its last tile) compute on zero queries and are not stored.
 
-Grid order: program_id(2) counts M tiles from the last, program_id(0) the
-heads. The GPU starts programs in grid order, so every sequence's last tile
-(the most keys) starts first and the one-tile-of-keys programs fill the gaps
-at the end (longest-processing-time first, as in `paged_decode`), and the
-heads sharing a KV head run side by side, so their K/V reads meet in L2.
-Tiles past a short sequence's end exit at once; that costs a launch slot each,
-which is cheap against a tail of long programs.
+Grid order: program_id(2) counts M tiles from the last (of the longest
+sequence), program_id(0) the heads. The GPU starts programs in grid order, and
+a tile's keys grow with its position, so the tiles with the most keys start
+first and the one-key-tile programs fill the gaps at the end
+(longest-processing-time first, as in `paged_decode`); the programs of one
+tile's heads run side by side. Tiles past a shorter sequence's end exit at
+once; that costs a launch slot each, which is cheap against a tail of long
+programs.
 """
 from __future__ import annotations
 
