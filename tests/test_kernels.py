@@ -1,10 +1,12 @@
 """Triton kernels and the GPU attention path, checked against the "torch" backend (the oracle).
 
-CPU (CI): the KV-store and paged-decode kernels run under TRITON_INTERPRET=1
-in fp32 (the interpreter mishandles bf16) and must match the oracle to fp32
-rounding. GPU (`gpu` marker): the same kernels in fp32/fp16/bf16 under the
+CPU (CI): the KV-store, paged-decode and prefill-attention kernels run under
+TRITON_INTERPRET=1 in fp32 (the interpreter mishandles bf16) and must match the
+oracle to fp32 rounding (prefill's oracle is plain masked softmax, written
+here). GPU (`gpu` marker): the same kernels in fp32/fp16/bf16 under the
 dtype's relative-error bound, flash prefill with and without a cached prefix,
-and whole-engine token agreement (triton vs torch backend, graphs vs eager).
+the prefill kernel against PyTorch's FlashAttention-2, and whole-engine token
+agreement (triton vs torch backend, graphs vs eager).
 Fresh random inputs every call; outputs are poisoned before each kernel run.
 """
 from __future__ import annotations
@@ -363,3 +365,149 @@ def test_gpu_bf16_triton_vs_torch_first_32_tokens_share():
     share = sum(a == b for a, b in zip(runs["torch"], runs["triton"])) / len(prompts)
     print(f"\nbf16 share of sequences whose first 32 tokens agree (triton vs torch): {share:.1%}")
     assert share >= 0.5
+
+
+# ----------------------------------------------------------------------------- prefill attention kernel
+
+
+@pytest.fixture
+def interpreted_prefill():
+    """reference.kernels.prefill_attention in Triton's interpreter (CPU machines), like `interpreted_kernels`."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("interpreter checks run on CPU-only machines; GPU machines run the compiled checks below")
+    import reference.kernels.prefill_attention as prefill_attention
+    return prefill_attention
+
+
+def oracle_varlen_causal(q, k, v, cu_q, cu_k, scale):
+    """Plain softmax attention per sequence in fp32: query j of n_q sees keys 0 .. n_k - n_q + j; GQA by
+    repeating each KV head for its group of query heads."""
+    group = q.shape[1] // k.shape[1]
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    for i in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = int(cu_q[i]), int(cu_q[i + 1]), int(cu_k[i]), int(cu_k[i + 1])
+        n_q, n_k = q1 - q0, k1 - k0
+        if n_q == 0:
+            continue
+        keys = k[k0:k1].float().repeat_interleave(group, dim=1)
+        values = v[k0:k1].float().repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q[q0:q1].float(), keys) * scale
+        key, query = torch.arange(n_k, device=q.device), torch.arange(n_q, device=q.device)
+        allowed = key[None, :] <= (n_k - n_q) + query[:, None]
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        out[q0:q1] = torch.einsum("hqk,khd->qhd", scores.softmax(-1), values)
+    return out
+
+
+def random_varlen_case(new, cached, q_heads, kv_heads, head_dim, dtype, device, seed, cu_dtype=torch.int32,
+                       packed=False):
+    """q for `new` tokens per sequence, k/v for cached + new; `packed`: q, k, v are views into one qkv tensor
+    of [tokens, (q_heads + 2 kv_heads) * head_dim] as the model makes them (needs no cached prefix)."""
+    gen = torch.Generator().manual_seed(seed)
+    ctx = [c + n for c, n in zip(cached, new)]
+    if packed:
+        assert not any(cached)
+        qkv = torch.randn(sum(new), (q_heads + 2 * kv_heads) * head_dim, generator=gen).to(dtype).to(device)
+        q, k, v = qkv.split([q_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+        q, k, v = (t.view(sum(new), -1, head_dim) for t in (q, k, v))
+    else:
+        q = torch.randn(sum(new), q_heads, head_dim, generator=gen).to(dtype).to(device)
+        k = torch.randn(sum(ctx), kv_heads, head_dim, generator=gen).to(dtype).to(device)
+        v = torch.randn(sum(ctx), kv_heads, head_dim, generator=gen).to(dtype).to(device)
+    cu_q = torch.tensor([0, *torch.tensor(new).cumsum(0).tolist()], dtype=cu_dtype, device=device)
+    cu_k = torch.tensor([0, *torch.tensor(ctx).cumsum(0).tolist()], dtype=cu_dtype, device=device)
+    return q, k, v, cu_q, cu_k
+
+
+# Lengths that end mid-tile, a one-token sequence and an empty one; with block 16, several tiles and diagonals.
+PREFILL_NEW = [37, 1, 0, 64, 50]
+PREFILL_CACHED = [16, 5, 9, 3, 20]     # the empty query sequence (third) still has keys
+
+
+@pytest.mark.parametrize("group_heads", [False, True])
+@pytest.mark.parametrize("cached", [False, True])
+@pytest.mark.parametrize("q_heads, kv_heads, head_dim, cu_dtype", [
+    (2, 2, 16, torch.int32), (4, 2, 32, torch.int64), (8, 2, 64, torch.int32)])
+def test_interpreted_prefill_matches_oracle(interpreted_prefill, q_heads, kv_heads, head_dim, cu_dtype, cached,
+                                            group_heads):
+    cached_lens = PREFILL_CACHED if cached else [0] * len(PREFILL_NEW)
+    q, k, v, cu_q, cu_k = random_varlen_case(PREFILL_NEW, cached_lens, q_heads, kv_heads, head_dim, torch.float32,
+                                             "cpu", seed=head_dim, cu_dtype=cu_dtype)
+    got = interpreted_prefill.prefill_attention(q, k, v, cu_q, cu_k, max(PREFILL_NEW), head_dim ** -0.5,
+                                                block_m=16, block_n=16, group_heads=group_heads)
+    want = oracle_varlen_causal(q, k, v, cu_q, cu_k, head_dim ** -0.5)
+    assert got.shape == want.shape and got.dtype == q.dtype
+    assert rel_err(got, want) < REL_TOL[torch.float32]
+
+
+@pytest.mark.parametrize("block_m, block_n", [(32, 16), (16, 32)])
+def test_interpreted_prefill_tiles_of_unequal_sides(interpreted_prefill, block_m, block_n):
+    """Query tiles wider or narrower than key tiles: the diagonal spans several key tiles, or one key tile
+    spans several query tiles' diagonals."""
+    q, k, v, cu_q, cu_k = random_varlen_case([45, 70, 3], [0, 19, 2], 4, 2, 16, torch.float32, "cpu", seed=block_m)
+    got = interpreted_prefill.prefill_attention(q, k, v, cu_q, cu_k, 70, 0.25, block_m=block_m, block_n=block_n)
+    assert rel_err(got, oracle_varlen_causal(q, k, v, cu_q, cu_k, 0.25)) < REL_TOL[torch.float32]
+
+
+@pytest.mark.parametrize("block_m, block_n", [(16, 16), (16, 32)])
+def test_interpreted_prefill_every_prefix_offset(interpreted_prefill, block_m, block_n):
+    """Cached prefixes of 0 .. block_n - 1 tokens put the diagonal at every offset within a key tile, so
+    where the unmasked walk ends and where the masked one stops are each checked at every residue."""
+    cached = list(range(block_n))
+    q, k, v, cu_q, cu_k = random_varlen_case([2 * block_m + 3] * len(cached), cached, 2, 1, 16, torch.float32,
+                                             "cpu", seed=block_n)
+    got = interpreted_prefill.prefill_attention(q, k, v, cu_q, cu_k, 2 * block_m + 3, 0.25, block_m=block_m,
+                                                block_n=block_n)
+    assert rel_err(got, oracle_varlen_causal(q, k, v, cu_q, cu_k, 0.25)) < REL_TOL[torch.float32]
+
+
+@pytest.mark.parametrize("group_heads", [False, True])
+def test_interpreted_prefill_reads_strided_qkv_views(interpreted_prefill, group_heads):
+    """q, k, v as the model passes them: split views of one packed qkv tensor (token stride > heads x dim)."""
+    q, k, v, cu_q, cu_k = random_varlen_case([33, 17, 48], [0, 0, 0], 4, 2, 32, torch.float32, "cpu", seed=7,
+                                             packed=True)
+    assert not q.is_contiguous() and not k.is_contiguous()
+    got = interpreted_prefill.prefill_attention(q, k, v, cu_q, cu_k, 48, 32 ** -0.5, block_m=16, block_n=16,
+                                                group_heads=group_heads)
+    want = oracle_varlen_causal(q, k, v, cu_q, cu_k, 32 ** -0.5)
+    assert got.is_contiguous() and rel_err(got, want) < REL_TOL[torch.float32]
+
+
+@pytest.mark.parametrize("q_heads, kv_heads, head_dim, kwargs, problem", [
+    (4, 2, 24, {}, "head_dim must be a power of two"),
+    (4, 2, 8, {}, "head_dim must be a power of two >= 16"),
+    (3, 2, 16, {}, r"q_heads \(3\) must be a multiple of kv_heads \(2\)"),
+    (6, 2, 16, {"group_heads": True, "block_m": 16}, "multiple of the group"),
+    (4, 2, 16, {"block_n": 48}, "block_n must be a power of two"),
+])
+def test_prefill_refuses_shapes_it_cannot_take(q_heads, kv_heads, head_dim, kwargs, problem):
+    from reference.kernels.prefill_attention import prefill_attention
+    q, k, v, cu_q, cu_k = random_varlen_case([5, 3], [0, 0], q_heads, kv_heads, head_dim, torch.float32, "cpu", 0)
+    with pytest.raises(ValueError, match=problem):
+        prefill_attention(q, k, v, cu_q, cu_k, 5, 0.25, **kwargs)
+
+
+def test_prefill_refuses_float_cu_seqlens():
+    from reference.kernels.prefill_attention import prefill_attention
+    q, k, v, cu_q, cu_k = random_varlen_case([5, 3], [0, 0], 2, 2, 16, torch.float32, "cpu", 0)
+    with pytest.raises(ValueError, match="cu_seqlens_q must be a 1-D int32/int64"):
+        prefill_attention(q, k, v, cu_q.float(), cu_k, 5, 0.25)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("group_heads", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cached", [[0] * 6, [0, 64, 17, 300, 5, 128]])
+def test_gpu_prefill_kernel_matches_flash_attention(dtype, cached, group_heads):
+    """The compiled kernel at the model's shape (16 q heads, 8 KV heads, head_dim 128) against PyTorch's
+    FlashAttention-2 varlen forward (the call `flash_varlen` makes), with and without a cached prefix."""
+    from reference.kernels.prefill_attention import prefill_attention
+    new = [1000, 1, 129, 64, 517, 255]
+    q, k, v, cu_q, cu_k = random_varlen_case(new, cached, 16, 8, 128, dtype, "cuda", seed=sum(cached))
+    ctx = [c + n for c, n in zip(cached, new)]
+    want = torch.ops.aten._flash_attention_forward(q, k, v, cu_q, cu_k, max(new), max(ctx), 0.0, True, False,
+                                                   scale=128 ** -0.5)[0]
+    got = prefill_attention(q, k, v, cu_q, cu_k, max(new), 128 ** -0.5, group_heads=group_heads)
+    assert rel_err(got, want) < REL_TOL[dtype], f"{rel_err(got, want):.2e}"
+    oracle = oracle_varlen_causal(q, k, v, cu_q, cu_k, 128 ** -0.5)
+    assert rel_err(got, oracle) < REL_TOL[dtype], f"against fp32: {rel_err(got, oracle):.2e}"
