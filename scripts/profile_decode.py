@@ -25,7 +25,7 @@ from reference import LLM, SamplingParams  # noqa: E402
 
 def kernel_group(name: str) -> str:
     n = name.lower()
-    if "paged_decode" in n or "flash" in n or "fmha" in n:
+    if any(s in n for s in ("paged_decode", "prefill_attention", "flash", "fmha")):
         return "attention"
     if "store_kv" in n:
         return "kv store"

@@ -257,10 +257,10 @@ def test_gpu_store_matches_oracle(dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("cached", [[0, 0, 0], [16, 0, 48], [32, 17, 5]])
 def test_gpu_prefill_matches_oracle(dtype, cached):
-    """Flash varlen prefill, with and without a cached prefix (chunks: fewer queries than keys)."""
+    """The backend's varlen prefill, with and without a cached prefix (chunks: fewer queries than keys)."""
     from reference.layers.attention import TritonAttentionBackend
     torch.manual_seed(sum(cached))
     page, kv_heads, q_heads, dim = 16, 8, 16, 128

@@ -129,6 +129,11 @@ def _prefill_attention_kernel(q_ptr, k_ptr, v_ptr, out_ptr, cu_q_ptr, cu_k_ptr, 
              out.to(out_ptr.dtype.element_ty), mask=row_valid[:, None])
 
 
+def tiles_head_dim(head_dim: int) -> bool:
+    """Can the kernel take this head size? Its tiles need a power of two, at least 16 (tl.dot's minimum)."""
+    return head_dim >= 16 and head_dim & (head_dim - 1) == 0
+
+
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
            cu_seqlens_k: torch.Tensor, block_m: int, block_n: int, group_heads: bool) -> None:
     """Shapes, dtypes and tile sizes the kernel can take; a ValueError naming what is off otherwise."""
@@ -139,7 +144,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
         raise ValueError(f"k and v must share one shape and q its head_dim, got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}, v {tuple(v.shape)}")
     head_dim, q_heads, kv_heads = q.shape[2], q.shape[1], k.shape[1]
-    if head_dim < 16 or head_dim & (head_dim - 1):
+    if not tiles_head_dim(head_dim):
         raise ValueError(f"head_dim must be a power of two >= 16 (the kernel's tiles), got {head_dim}")
     if kv_heads == 0 or q_heads % kv_heads:
         raise ValueError(f"q_heads ({q_heads}) must be a multiple of kv_heads ({kv_heads})")

@@ -97,12 +97,16 @@ class TorchAttentionBackend:
 
 
 class TritonAttentionBackend:
-    """GPU backend: Triton KV store and paged decode; PyTorch's fused varlen flash attention for prefill.
+    """GPU backend: Triton KV store, paged decode and varlen causal prefill.
 
     Prefill over a cached prefix first gathers each sequence's whole context
-    out of the paged cache into one contiguous varlen batch. fp32 (which flash
-    attention does not take) falls back to the torch prefill, so fp32 runs can
-    be compared token for token with the oracle.
+    out of the paged cache into one contiguous varlen batch. The prefill
+    kernel (`reference/kernels/prefill_attention.py`) replaced PyTorch's
+    FlashAttention-2 here because it was faster on the bench's prefill step
+    (docs/performance.md); it takes fp32 too, with exact dot products, so fp32
+    runs compare the whole Triton path token for token with the oracle. Head
+    sizes it cannot tile (not a power of two) go to FlashAttention-2, or in
+    fp32 (which that does not take) to the torch prefill.
     """
 
     name = "triton"
@@ -110,9 +114,12 @@ class TritonAttentionBackend:
     def __init__(self):
         from student_exercises.kernels.kv_store import store_kvcache_triton
         from student_exercises.kernels.paged_decode import longest_first, paged_decode_attention
+        from student_exercises.kernels.prefill_attention import prefill_attention, tiles_head_dim
         self.store = store_kvcache_triton
         self.decode = paged_decode_attention
         self.longest_first = longest_first
+        self.prefill = prefill_attention
+        self.prefill_tiles = tiles_head_dim
 
     def plan(self, meta: AttentionMetadata) -> AttentionMetadata:
         """Decode: sort the rows longest context first, once per step for every layer's kernel.
@@ -129,13 +136,25 @@ class TritonAttentionBackend:
         if not meta.is_prefill:
             return self.decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale,
                                order=meta.decode_order)
-        if q.dtype == torch.float32:
+        tileable = self.prefill_tiles(q.shape[-1])
+        if not tileable and q.dtype == torch.float32:
             return TorchAttentionBackend()._prefill(q, k_cache, v_cache, meta, scale)
         if meta.has_cached_prefix:
             slots = context_slots(meta, k_cache.shape[1])
             k = k_cache.flatten(0, 1)[slots]
             v = v_cache.flatten(0, 1)[slots]
-        return flash_varlen(q, k, v, meta, scale)
+        if not tileable:
+            return flash_varlen(q, k, v, meta, scale)
+        return self._prefill_kernel(q, k, v, meta, scale)
+
+    def _prefill_kernel(self, q, k, v, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+        """The Triton prefill with its tiles: 64 query rows (every head of a KV group, when the group
+        divides 64) x 32 keys, 4 warps, 3 stages, the fastest of the configurations swept on an H100
+        (scripts/prefill_attention_bench.py; docs/performance.md)."""
+        cu_k = meta.cu_seqlens_k if meta.has_cached_prefix else meta.cu_seqlens_q
+        group = q.shape[1] // k.shape[1]
+        return self.prefill(q, k, v, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, scale, block_m=64, block_n=32,
+                            num_warps=4, num_stages=3, group_heads=64 % group == 0)
 
 
 def context_slots(meta: AttentionMetadata, block_size: int) -> torch.Tensor:
