@@ -2,7 +2,7 @@
 
 The oracle is the same engine run synchronously: greedy tokens and finish
 reasons must be equal request by request, whatever the workload makes the
-overlapped path do (fall back for prefill and preemption, throw away the extra
+overlapped path do (launch prefill steps too, fall back where a preemption may come, throw away the extra
 token of a request that sampled a stop token, hold back one that reaches its
 length limit). On the CPU the "device" work is synchronous, but every piece of
 bookkeeping runs; `--device cuda` runs the same tests with CUDA graphs.
@@ -235,8 +235,25 @@ def test_abort_while_a_step_is_in_flight(tiny_model_dir, device):
         assert (llm.finished[ids[k]].output_token_ids, llm.finished[ids[k]].finish_reason) == expected[k]
 
 
+def test_prefill_steps_are_launched_in_flight_too(tiny_model_dir, device):
+    """Several prefill steps in a row (a small token budget): none runs synchronously, tokens as in sync mode."""
+    lengths, max_tokens, overrides = SCENARIOS["plain"]
+    overrides = dict(overrides, max_num_batched_tokens=110, max_model_len=110)
+    prompts = random_prompts(lengths, VOCAB, seed=5)
+    params = [greedy(n, ignore_eos=True) for n in max_tokens]
+    expected = results(make_llm(tiny_model_dir, device, False, **overrides), prompts, params)
+    llm = make_llm(tiny_model_dir, device, True, **overrides)
+    sync_steps, prefills = count_calls(llm, "run"), count_calls(llm, "launch_prefill")
+    assert results(llm, prompts, params) == expected
+    assert prefills[0] >= 3 and sync_steps[0] == 0, f"{prefills[0]} prefills in flight, {sync_steps[0]} sync steps"
+    assert_clean_end(llm)
+
+
 def test_tokens_are_logged_one_step_late(tiny_model_dir, device):
-    """With every request admitted at once, each decode token is logged exactly one step later than in sync mode."""
+    """With every request admitted at once, each token is logged exactly one step later than in sync mode.
+
+    First tokens too: the prefill step is launched without waiting as well.
+    """
     prompts = random_prompts([6, 18, 27, 11], VOCAB, seed=2)
     params = [greedy(n, ignore_eos=True) for n in (9, 16, 5, 12)]
 
@@ -248,8 +265,7 @@ def test_tokens_are_logged_one_step_late(tiny_model_dir, device):
     sync_events, async_events = token_events(False), token_events(True)
     assert async_events.keys() == sync_events.keys()
     for key, (step, token) in sync_events.items():
-        lag = 0 if key[1] == 0 else 1   # first tokens come from the (synchronous) prefill step
-        assert async_events[key] == (step + lag, token), key
+        assert async_events[key] == (step + 1, token), key
 
 
 def test_stream_gives_the_same_text(tiny_model_dir, device):

@@ -95,11 +95,13 @@ def _fail_once(obj, name: str, after: int = 0):
     setattr(obj, name, flaky)
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True])
-def test_failed_step_fails_its_requests_and_the_engine_goes_on(tiny_model_dir, device, async_scheduling):
+@pytest.mark.parametrize("async_scheduling, failing, after", [(False, "run", 3), (True, "launch_decode", 3),
+                                                              (True, "launch_prefill", 0)])
+def test_failed_step_fails_its_requests_and_the_engine_goes_on(tiny_model_dir, device, async_scheduling, failing,
+                                                               after):
     llm = make_llm(tiny_model_dir, device, async_scheduling=async_scheduling)
     runner = llm.model_runner
-    _fail_once(runner, "launch_decode" if async_scheduling else "run", after=3)
+    _fail_once(runner, failing, after=after)
     prompts = random_prompts([9, 17], 1000, seed=4)
     outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True),
                         use_tqdm=False)

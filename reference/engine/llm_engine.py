@@ -209,7 +209,7 @@ class LLMEngine:
 
     def _recover(self, err: Exception, in_flight: InFlightStep | None) -> list[StepOutput]:
         """Fail the requests of the batch (and of a step in flight) that raised; re-raise if there were none."""
-        victims = [seq for seq in dict.fromkeys(self._batch + (in_flight.seqs if in_flight else []))
+        victims = [seq for seq in dict.fromkeys(self._batch + (in_flight.batch if in_flight else []))
                    if not seq.is_finished]
         if not victims or isinstance(err, EngineDeadError):
             raise err
@@ -264,9 +264,13 @@ class LLMEngine:
         its own generator once per token, as a synchronous step would, so
         seeded requests get the same tokens as without overlap.
 
-        It overlaps only plain decode: with requests waiting (a prefill may
-        come) or a possible preemption, the step in flight is read back first
-        and `done` is False: the caller runs an ordinary synchronous step.
+        Prefill steps overlap too, if the runner can launch them
+        (`prefills_in_flight`): a prefill needs nothing from the step in
+        flight, so the next batch of prompts is scheduled and prepared while
+        the GPU computes the previous one, and a prompt's first token is
+        logged a step late like any other. With a possible preemption, the
+        step in flight is read back first and `done` is False: the caller runs
+        an ordinary synchronous step.
         """
         outputs: list[StepOutput] = []
         previous = self._in_flight
@@ -280,15 +284,25 @@ class LLMEngine:
             return outputs, False
         if previous is not None:
             self._advance(previous)
-            if not self.scheduler.running:   # all of them end with the tokens in flight
+            if self.scheduler.is_finished():   # all of them end with the tokens in flight
                 self._in_flight = None
                 return self._resolve(previous), True
         seqs, is_prefill = self.scheduler.schedule()
-        if is_prefill or not seqs:
+        if not seqs:
+            if previous is None:
+                raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting: "
+                                   f"a request cannot fit")
+            # Blocks a request waits for come back when the tokens in flight finish their sequences.
+            self._in_flight = None
+            return self._resolve(previous), True
+        if is_prefill and not getattr(self.model_runner, "prefills_in_flight", False):
             raise RuntimeError("async scheduling expected a decode step (an engine bug, not a user error)")
         self._log_step(seqs, is_prefill)
         self._batch = seqs
-        self._in_flight = self.model_runner.launch_decode(seqs, previous)
+        if is_prefill:
+            self._in_flight = self.model_runner.launch_prefill(seqs)
+        else:
+            self._in_flight = self.model_runner.launch_decode(seqs, previous)
         if previous is not None:
             outputs += self._resolve(previous)
         self.log.end_step()
@@ -298,21 +312,28 @@ class LLMEngine:
     def _can_overlap(self) -> bool:
         """May the next step be scheduled before the tokens in flight are known?
 
-        Only if it is sure to be a decode step that needs no preemption:
-        nobody waiting, nobody mid-prefill, and a free block for every running
-        sequence. Sampled sequences too, if the runner samples on the device
-        (`samples_in_flight`); a runner without it overlaps greedy ones only.
+        Only if it needs no preemption (a free block for every running
+        sequence: a preempted sequence must not hold a placeholder token), and
+        only if it is sure to be a decode step (nobody waiting, nobody
+        mid-prefill) unless the runner launches prefills too
+        (`prefills_in_flight`). Sampled sequences too, if the runner samples
+        on the device (`samples_in_flight`); a runner without it overlaps
+        greedy ones only.
         """
-        running = self.scheduler.running
+        running, waiting = self.scheduler.running, self.scheduler.waiting
         sampled_ok = getattr(self.model_runner, "samples_in_flight", False)
-        return (bool(running) and not self.scheduler.waiting
+        prefill_ok = getattr(self.model_runner, "prefills_in_flight", False)
+        return ((bool(running) or (prefill_ok and bool(waiting)))
+                and (prefill_ok or not waiting)
                 and self.block_manager.num_free_blocks >= len(running)
-                and all((sampled_ok or seq.sampling_params.greedy) and not seq.in_prefill for seq in running))
+                and all((sampled_ok or seq.sampling_params.greedy) and (prefill_ok or not seq.in_prefill)
+                        for seq in running))
 
     def _read_back(self, in_flight: InFlightStep) -> list[StepOutput]:
         """Wait for a step in flight and postprocess it as a synchronous step would."""
-        live = [(seq, token) for seq, token in zip(in_flight.seqs, in_flight.tokens()) if not seq.is_finished]
-        return self.postprocess([seq for seq, _ in live], [token for _, token in live])
+        tokens = in_flight.tokens()
+        live = [seq for seq in in_flight.batch if not seq.is_finished]
+        return self.postprocess(live, [in_flight.token_of(tokens, seq) for seq in live])
 
     def _advance(self, in_flight: InFlightStep) -> None:
         """Book a step in flight as done before its tokens are known.
@@ -322,10 +343,12 @@ class LLMEngine:
         placeholder until `_resolve`. A sequence that this token takes to its
         length limit is retired now (`Scheduler.retire`), so it is not scheduled again.
         """
-        for seq in in_flight.seqs:
+        for seq in in_flight.batch:
             if seq.is_finished:
                 continue  # it sampled a stop token (or was aborted) a step ago: this token is thrown away
             self.block_manager.mark_computed(seq, seq.num_scheduled_tokens)
+            if seq.seq_id not in in_flight.row_of:
+                continue  # a prefill chunk short of the prompt's end: nothing sampled
             seq.append_token(PENDING_TOKEN)
             if self._reaches_length_limit(seq):
                 self.scheduler.retire(seq)

@@ -36,35 +36,55 @@ class EngineDeadError(RuntimeError):
 
 @dataclass
 class InFlightStep:
-    """A decode step launched without waiting for it (async scheduling).
+    """A step launched without waiting for it (async scheduling).
 
     Its sampled ids stay on the device, where the next step reads them as
     inputs (`row_of` says which row belongs to which sequence); a copy to
     pinned host memory is queued behind them, and `tokens()` waits for that
-    copy only: not for any step launched later.
+    copy only: not for any step launched later. `seqs` sample one token each
+    (a row each); `batch` is every sequence whose K/V the step computes: the
+    same list for a decode step, and for a prefill step also the chunks that
+    stop short of their prompt's end and sample nothing.
     """
     seqs: list[Sequence]
     device_tokens: torch.Tensor
     host_tokens: torch.Tensor
     copied: torch.cuda.Event | None
     row_of: dict[int, int]
+    batch: list[Sequence]
 
     @classmethod
-    def start(cls, seqs: list[Sequence], device_tokens: torch.Tensor) -> "InFlightStep":
+    def start(cls, seqs: list[Sequence], device_tokens: torch.Tensor,
+              batch: list[Sequence] | None = None) -> "InFlightStep":
         row_of = {seq.seq_id: row for row, seq in enumerate(seqs)}
+        batch = seqs if batch is None else batch
         if device_tokens.device.type != "cuda":
-            return cls(seqs, device_tokens, device_tokens, None, row_of)
+            return cls(seqs, device_tokens, device_tokens, None, row_of, batch)
         host = torch.empty(device_tokens.shape, dtype=device_tokens.dtype, pin_memory=True)
         host.copy_(device_tokens, non_blocking=True)
         copied = torch.cuda.Event()
         copied.record()
-        return cls(seqs, device_tokens, host, copied, row_of)
+        return cls(seqs, device_tokens, host, copied, row_of, batch)
+
+    def token_of(self, tokens: list[int], seq: Sequence) -> int | None:
+        """seq's token among `tokens()`, or None if seq sampled nothing in this step."""
+        row = self.row_of.get(seq.seq_id)
+        return None if row is None else tokens[row]
 
     def tokens(self) -> list[int]:
         """The sampled ids; raises if a sampled row had no valid distribution (NaN logits)."""
         if self.copied is not None:
             self.copied.synchronize()
         return check_sampled(self.host_tokens.tolist())
+
+
+def sampling_rows(seqs: list[Sequence]) -> list[int]:
+    """Which of a step's sequences sample a token: those whose scheduled tokens reach their end.
+
+    A prefill chunk that stops short of the prompt's end samples nothing: its
+    last position is not the sequence's last token.
+    """
+    return [i for i, seq in enumerate(seqs) if seq.num_cached_tokens + seq.num_scheduled_tokens == len(seq)]
 
 
 # On the CPU the KV pool gets as many bytes as the weights, and at least this much.
@@ -89,6 +109,8 @@ def set_cpu_threads(model: torch.nn.Module, requested: int | None) -> None:
 class ModelRunner:
     # launch_decode samples sampled requests on the device too (the engine may overlap them).
     samples_in_flight = True
+    # launch_prefill exists: the engine may launch a prefill step while the previous step is in flight.
+    prefills_in_flight = True
 
     def __init__(self, config: Config):
         self.config = config
@@ -330,7 +352,7 @@ class ModelRunner:
         take the argmax, sampled rows draw on the device (`sample_on_device`).
         """
         input_ids, positions, meta = self.prepare_decode(seqs)
-        if previous is not None:
+        if previous is not None and previous.row_of:
             rows = [previous.row_of.get(seq.seq_id, -1) for seq in seqs]
             source = self._tensor(np.asarray(rows, dtype=np.int64))
             from_previous = previous.device_tokens[source.clamp(min=0)]
@@ -339,6 +361,25 @@ class ModelRunner:
         logits = self.model.compute_logits(hidden)
         tokens = sample_on_device(logits, [seq.sampling_params for seq in seqs], [seq.generator for seq in seqs])
         return InFlightStep.start(seqs, tokens)
+
+    @torch.inference_mode()
+    def launch_prefill(self, seqs: list[Sequence]) -> InFlightStep:
+        """Queue a prefill step on the device and return without waiting for it.
+
+        Sequences whose chunk reaches the end of their prompt sample on the
+        device, as `launch_decode`'s do; the rest sample nothing.
+        """
+        input_ids, positions, meta = self.prepare_prefill(seqs)
+        hidden = self.model(input_ids, positions, meta)
+        rows = sampling_rows(seqs)
+        sampling = [seqs[i] for i in rows]
+        if not rows:
+            return InFlightStep.start([], torch.empty(0, dtype=torch.int64, device=self.device), batch=seqs)
+        last = (meta.cu_seqlens_q[1:] - 1)[self._tensor(rows)]
+        logits = self.model.compute_logits(hidden[last])
+        tokens = sample_on_device(logits, [seq.sampling_params for seq in sampling],
+                                  [seq.generator for seq in sampling])
+        return InFlightStep.start(sampling, tokens, batch=seqs)
 
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         meta: AttentionMetadata) -> torch.Tensor:
@@ -362,8 +403,7 @@ class ModelRunner:
             input_ids, positions, meta = self.prepare_decode(seqs)
             hidden = self._decode_forward(input_ids, positions, meta)
             last = None  # one row per sequence already
-        completes = [seq.num_cached_tokens + seq.num_scheduled_tokens == len(seq) for seq in seqs]
-        rows = [i for i, done in enumerate(completes) if done]
+        rows = sampling_rows(seqs)
         tokens: list[int | None] = [None] * len(seqs)
         if not rows:
             return tokens
