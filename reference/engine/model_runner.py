@@ -221,7 +221,8 @@ class ModelRunner:
         # <<< EXERCISE lab4.block_tables
 
     def _tensor(self, data) -> torch.Tensor:
-        tensor = torch.from_numpy(data) if isinstance(data, np.ndarray) else torch.tensor(data, dtype=torch.int64)
+        # Through numpy: torch.tensor reads a long list of ints several times slower.
+        tensor = torch.from_numpy(data if isinstance(data, np.ndarray) else np.asarray(data, dtype=np.int64))
         if self.device.type == "cuda":
             tensor = tensor.pin_memory().to(self.device, non_blocking=True)
         return tensor
@@ -238,7 +239,12 @@ class ModelRunner:
             start, end = seq.num_cached_tokens, seq.num_cached_tokens + seq.num_scheduled_tokens
             input_ids += seq.token_ids[start:end]
             positions += range(start, end)
-            slot_mapping += [self._slot(seq, p) for p in range(start, end)]
+            first = start   # a block's slots are consecutive: one _slot call per block, not per token
+            while first < end:
+                last = min(end, (first // self.block_size + 1) * self.block_size)   # where first's block ends
+                slot = self._slot(seq, first)
+                slot_mapping += range(slot, slot + last - first)
+                first = last
             context_lens.append(end)                       # seqlen_k: the end of this chunk
             cu_seqlens_q.append(cu_seqlens_q[-1] + end - start)
             cu_seqlens_k.append(cu_seqlens_k[-1] + end)
