@@ -4,15 +4,17 @@ One program handles one (sequence, KV head) pair and all the query heads that
 share that KV head (GQA), so each cached K/V row is read from memory once per
 step: decode is bound by that read, and this is the read. It walks the
 sequence's context in tiles of BLOCK_N tokens, finding each token's physical
-slot through the block table, and keeps a running (online) softmax in fp32.
+slot through the block table, and keeps a running (online) softmax in fp32
+(`reference/kernels/online_softmax.py`, the step it shares with prefill).
 
 Split-K ("flash-decoding"): with few sequences the grid of batch x KV heads
 programs leaves most of the GPU's multiprocessors idle, each program walking a
 long context alone. Then every (sequence, KV head) pair gets NUM_SPLITS
 programs, each over one contiguous slice of the context, writing an
 unnormalised partial output with its running max and sum; a second small
-kernel merges the slices (rescaling each by exp(m_s - max_s m_s)). How many
-splits a batch gets is `num_splits`, a rule measured on the GPU.
+kernel merges the slices (rescaling each by 2^(m_s - max_s m_s): scores are in
+log2 units, as `online_softmax_step` keeps them). How many splits a batch gets
+is `num_splits`, a rule measured on the GPU.
 
 Longest first: without splits, a program's work is its sequence's context,
 which in a running batch spans 100 to 2,000+ tokens. The GPU starts programs
@@ -29,13 +31,18 @@ import torch
 import triton
 import triton.language as tl
 
+from reference.kernels.online_softmax import LOG2_E, online_softmax_step
+
 
 @triton.jit
-def _attend_range(q, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head, lo, hi, scale,
+def _attend_range(q, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head, lo, hi, qk_scale,
                   stride_cb, stride_cs, stride_ch, stride_bt,
                   BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
                   PRECISION: tl.constexpr):
-    """Online softmax of q against context tokens [lo, hi): (unnormalised acc, running max m, sum l)."""
+    """Online softmax of q against context tokens [lo, hi): (unnormalised acc, running max m, sum l).
+
+    qk_scale is the softmax scale times log2(e): scores and m are in log2 units.
+    """
     offs_d = tl.arange(0, HEAD_DIM)
     offs_n = tl.arange(0, BLOCK_N)
     m = tl.full([BLOCK_H], float("-inf"), tl.float32)
@@ -47,21 +54,17 @@ def _attend_range(q, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head, l
         pages = tl.load(block_tables_ptr + seq * stride_bt + tokens // PAGE_SIZE, mask=valid, other=0)
         rows = pages.to(tl.int64) * stride_cb + (tokens % PAGE_SIZE) * stride_cs + kv_head * stride_ch
         k = tl.load(k_cache_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
         s = tl.where(valid[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        p = tl.exp(s - m_new[:, None])
-        alpha = tl.exp(m - m_new)
         v = tl.load(v_cache_ptr + rows[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        l = l * alpha + tl.sum(p, 1)
-        m = m_new
+        acc, m, l = online_softmax_step(acc, m, l, s, v, PRECISION)
     return acc, m, l
 
 
 @triton.jit
 def _paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr, order_ptr, out_ptr,
-                         scale, stride_qt, stride_qh, stride_cb, stride_cs, stride_ch, stride_bt, stride_ot, stride_oh,
+                         qk_scale, stride_qt, stride_qh, stride_cb, stride_cs, stride_ch, stride_bt,
+                         stride_ot, stride_oh,
                          GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr,
                          PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
                          KV_HEADS: tl.constexpr, ORDERED: tl.constexpr):
@@ -79,7 +82,7 @@ def _paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, cont
     heads = kv_head * GROUP + offs_h
     q = tl.load(q_ptr + seq * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
                 mask=head_mask[:, None], other=0.0)
-    acc, m, l = _attend_range(q, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head, 0, context_len, scale,
+    acc, m, l = _attend_range(q, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head, 0, context_len, qk_scale,
                               stride_cb, stride_cs, stride_ch, stride_bt, BLOCK_H, HEAD_DIM, PAGE_SIZE, BLOCK_N,
                               PRECISION)
     out = acc / tl.maximum(l, 1e-30)[:, None]   # context_len 0 (graph padding) gives zeros, not NaN
@@ -89,7 +92,7 @@ def _paged_decode_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, cont
 
 @triton.jit
 def _paged_decode_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr,
-                               part_acc_ptr, part_ml_ptr, scale,
+                               part_acc_ptr, part_ml_ptr, qk_scale,
                                stride_qt, stride_qh, stride_cb, stride_cs, stride_ch, stride_bt,
                                GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr,
                                PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
@@ -113,7 +116,7 @@ def _paged_decode_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr
     heads = kv_head * GROUP + offs_h
     q = tl.load(q_ptr + seq * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
                 mask=head_mask[:, None], other=0.0)
-    acc, m, l = _attend_range(q, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head, lo, hi, scale,
+    acc, m, l = _attend_range(q, k_cache_ptr, v_cache_ptr, block_tables_ptr, seq, kv_head, lo, hi, qk_scale,
                               stride_cb, stride_cs, stride_ch, stride_bt, BLOCK_H, HEAD_DIM, PAGE_SIZE, BLOCK_N,
                               PRECISION)
     q_heads = tl.num_programs(1) * GROUP
@@ -126,7 +129,7 @@ def _paged_decode_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr
 @triton.jit
 def _merge_splits_kernel(part_acc_ptr, part_ml_ptr, out_ptr, stride_ot, stride_oh,
                          HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr):
-    """Program (seq, head): out = sum_s w_s acc_s / sum_s w_s l_s with w_s = exp(m_s - max m)."""
+    """Program (seq, head): out = sum_s w_s acc_s / sum_s w_s l_s with w_s = exp2(m_s - max m) (log2 units)."""
     seq = tl.program_id(0)
     head = tl.program_id(1)
     offs_s = tl.arange(0, NUM_SPLITS)
@@ -135,7 +138,7 @@ def _merge_splits_kernel(part_acc_ptr, part_ml_ptr, out_ptr, stride_ot, stride_o
     m = tl.load(part_ml_ptr + row * 2)
     l = tl.load(part_ml_ptr + row * 2 + 1)
     m_max = tl.max(m, 0)
-    w = tl.where(m > float("-inf"), tl.exp(m - m_max), 0.0)        # empty slices (and all-empty rows) weigh 0
+    w = tl.where(m > float("-inf"), tl.math.exp2(m - m_max), 0.0)        # empty slices (and all-empty rows) weigh 0
     acc = tl.load(part_acc_ptr + row[:, None] * HEAD_DIM + offs_d[None, :])
     out = tl.sum(acc * w[:, None], 0) / tl.maximum(tl.sum(w * l, 0), 1e-30)
     tl.store(out_ptr + seq * stride_ot + head * stride_oh + offs_d, out.to(out_ptr.dtype.element_ty))
@@ -191,6 +194,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if splits & (splits - 1):
         raise ValueError(f"splits must be a power of two, got {splits}")
     out = torch.empty_like(q)
+    qk_scale = scale * LOG2_E   # scores in log2 units: online_softmax_step works in exp2
     # fp32 uses exact (IEEE) dot products so the kernel can be checked token for token.
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     shape = dict(GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
@@ -200,7 +204,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         if order is not None and order.shape != (batch,):
             raise ValueError(f"order must hold one index per row ({batch}), got shape {tuple(order.shape)}")
         _paged_decode_kernel[(batch * kv_heads,)](
-            q, k_cache, v_cache, block_tables, context_lens, context_lens if order is None else order, out, scale,
+            q, k_cache, v_cache, block_tables, context_lens, context_lens if order is None else order, out, qk_scale,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             block_tables.stride(0), out.stride(0), out.stride(1), KV_HEADS=kv_heads, ORDERED=order is not None,
             **shape)
@@ -208,7 +212,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     part_acc = torch.empty(batch, q_heads, splits, head_dim, dtype=torch.float32, device=q.device)
     part_ml = torch.empty(batch, q_heads, splits, 2, dtype=torch.float32, device=q.device)
     _paged_decode_split_kernel[(batch, kv_heads, splits)](
-        q, k_cache, v_cache, block_tables, context_lens, part_acc, part_ml, scale,
+        q, k_cache, v_cache, block_tables, context_lens, part_acc, part_ml, qk_scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_tables.stride(0), NUM_SPLITS=splits, **shape)
     _merge_splits_kernel[(batch, q_heads)](part_acc, part_ml, out, out.stride(0), out.stride(1),

@@ -34,13 +34,11 @@ programs.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
-LOG2_E = 1.0 / math.log(2.0)
+from reference.kernels.online_softmax import LOG2_E, online_softmax_step
 
 
 @triton.jit
@@ -68,16 +66,10 @@ def _attend_tiles(acc, m, l, q, k_ptr, v_ptr, k_row0, k_col, v_col, stride_kt, s
         if MASKED:
             visible = (keys[None, :] <= causal_end + tokens[:, None]) & in_range[None, :]
             s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m - m_new)
-        if MASKED:
             v = tl.load(v_ptrs, mask=in_range[:, None], other=0.0)
         else:
             v = tl.load(v_ptrs)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        l = l * alpha + tl.sum(p, 1)
-        m = m_new
+        acc, m, l = online_softmax_step(acc, m, l, s, v, PRECISION)
     return acc, m, l
 
 
