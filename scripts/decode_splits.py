@@ -41,10 +41,11 @@ def case(batch: int, context: int, page: int = 16, kv_heads: int = 8, q_heads: i
     return q, caches, tables, lens, layer_bytes
 
 
-def graph_time_us(q, caches, tables, lens, splits: int) -> float:
-    """Per-call GPU time of the decode kernel(s), from replays of a graph of one call per layer."""
+def graph_time_us(call, caches) -> float:
+    """Per-call GPU time of `call(k_cache, v_cache)` (the decode kernel or kernels of one layer),
+    from replays of a graph of one call per layer's caches."""
     from triton.testing import do_bench
-    run = lambda: [paged_decode_attention(q, k, v, tables, lens, 128 ** -0.5, splits=splits) for k, v in caches]
+    run = lambda: [call(k, v) for k, v in caches]
     run()   # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
@@ -63,7 +64,9 @@ def main() -> None:
     for batch in BATCHES:
         for context in CONTEXTS:
             q, caches, tables, lens, layer_bytes = case(batch, context)
-            times = {s: graph_time_us(q, caches, tables, lens, s) for s in SPLITS}
+            times = {s: graph_time_us(lambda k, v, s=s: paged_decode_attention(q, k, v, tables, lens, 128 ** -0.5,
+                                                                              splits=s), caches)
+                     for s in SPLITS}
             best = min(times, key=times.get)
             gbps = layer_bytes / (times[best] * 1e-6) / 1e9
             rows.append({"batch": batch, "context": context, "us": times, "best": best, "layers": len(caches)})
