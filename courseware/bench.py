@@ -131,21 +131,6 @@ def time_by_batch(events: list[dict], end_time: float) -> list[dict]:
     return rows
 
 
-def warm_up(llm, requests: list[Request]) -> None:
-    """Take compilation and first-use costs out of the timing, as a server's start-up does.
-
-    One short request per workload request (the first 64 tokens of its prompt,
-    reversed, so the warm-up leaves no prefix-cache hits behind; 8 tokens out):
-    its prefill steps and decode batch are as large as the run's, so the
-    caches that grow with the sizes a step meets (pinned host buffers, the
-    allocators' blocks) are filled here and not in the run's first steps, which
-    a warm-up of a few requests left paying for them (docs/performance.md).
-    """
-    from reference import SamplingParams
-    warm = [SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)] * len(requests)
-    llm.generate([r.prompt[:64][::-1] for r in requests], warm, use_tqdm=False)
-
-
 def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
     """Submit every request at once, step to completion; throughput and latency from the engine."""
     from reference import LLM, SamplingParams
@@ -154,7 +139,9 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
 
     max_len = max(len(r.prompt) + r.output_len for r in requests)
     llm = LLM(model_dir, max_model_len=max(max_len, 128), **config)
-    warm_up(llm, requests)
+    warm = [SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)] * 4
+    # Compilation and caches out of the timing; reversed, so the warm-up leaves no prefix-cache hits behind.
+    llm.generate([r.prompt[:64][::-1] for r in requests[:4]], warm, use_tqdm=False)
     first_event = len(llm.log.events)
     sync = torch.cuda.synchronize if llm.config.device == "cuda" else (lambda: None)
     # What a serving engine does after start-up (vLLM freezes its heap too): the objects alive now (the
