@@ -114,7 +114,7 @@ def test_interpreted_order_of_the_wrong_length_is_refused(interpreted_kernels):
 def test_triton_backend_plans_decode_rows_longest_first(interpreted_kernels):
     """plan() sorts a decode step's rows once for every layer; a prefill's metadata passes through unchanged."""
     from reference.layers.attention import TritonAttentionBackend
-    backend = TritonAttentionBackend()
+    backend = TritonAttentionBackend(16)
     lens = torch.tensor([5, 300, 0, 17, 300, 64])
     meta = AttentionMetadata(False, torch.full((6,), -1), torch.zeros(6, 1, dtype=torch.int64), lens)
     planned = backend.plan(meta)
@@ -124,6 +124,21 @@ def test_triton_backend_plans_decode_rows_longest_first(interpreted_kernels):
     prefill = AttentionMetadata(True, torch.zeros(3, dtype=torch.int64), torch.zeros(1, 1, dtype=torch.int64),
                                 torch.tensor([3]))
     assert backend.plan(prefill) is prefill
+
+
+def test_triton_backend_plans_a_cached_prefix_slots_once(interpreted_kernels):
+    """plan() finds every context token's cache slot once per prefill step (each layer used to), block by block."""
+    from reference.layers.attention import TritonAttentionBackend
+    page, tables, ctx, new = 4, [[7, 2, 9], [5, 0, 0]], [11, 3], [4, 3]
+    cu_q, cu_k = [0, 4, 7], [0, 11, 14]
+    meta = AttentionMetadata(True, torch.zeros(7, dtype=torch.int64), torch.tensor(tables), torch.tensor(ctx),
+                             torch.tensor(cu_q), torch.tensor(cu_k), max(new), max(ctx), has_cached_prefix=True,
+                             num_context_tokens=sum(ctx))
+    planned = TritonAttentionBackend(page).plan(meta)
+    want = [table[p // page] * page + p % page for table, n in zip(tables, ctx) for p in range(n)]
+    assert meta.context_slots is None, "plan must not change the caller's metadata"
+    assert planned.context_slots.tolist() == want
+    assert TritonAttentionBackend(page).plan(planned).context_slots is planned.context_slots
 
 
 @pytest.mark.parametrize("splits", [2, 4, 8])
@@ -287,8 +302,13 @@ def test_gpu_prefill_matches_oracle(dtype, cached):
                              has_cached_prefix=any(cached), num_context_tokens=sum(ctx))
     want_k, want_v = cache_k.clone(), cache_v.clone()
     want = TorchAttentionBackend().forward(q.float(), k, v, want_k, want_v, meta, dim ** -0.5)
-    got = TritonAttentionBackend().forward(q, k, v, cache_k, cache_v, meta, dim ** -0.5)
+    backend = TritonAttentionBackend(page)
+    got = backend.forward(q, k, v, cache_k, cache_v, meta, dim ** -0.5)
     assert rel_err(got, want) < REL_TOL[dtype]
+    # The planned metadata (context slots found once per step) and a given `out` change nothing.
+    out = torch.empty_like(q)
+    planned = backend.forward(q, k, v, cache_k, cache_v, backend.plan(meta), dim ** -0.5, out=out)
+    assert planned is out and torch.equal(planned, got)
 
 
 def _bench_like_prompts(n: int, vocab: int, seed: int) -> list[list[int]]:

@@ -7,11 +7,12 @@ sequence that completes its prompt (or decodes) in this step.
 
 On CUDA, decode steps replay CUDA graphs captured once per batch-size bucket:
 a decode step is hundreds of small kernels, and launching them one by one from
-Python costs more than running them. Prefill runs eagerly (its shapes vary).
+Python costs more than running them. Prefill steps replay graphs too, captured
+per token bucket and cut at each attention call, which runs eagerly between
+them (reference/engine/prefill_graphs.py).
 """
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +20,7 @@ import torch
 
 from reference.config import Config
 from reference.distributed.parallel_state import agree_on_min, layout_for, tp_rank
+from reference.engine.prefill_graphs import PrefillGraphs, no_gc_while_capturing
 from reference.engine.sequence import Sequence
 from reference.layers.attention import AttentionMetadata, make_backend
 from reference.layers.sampler import check_sampled, sample, sample_on_device
@@ -131,13 +133,21 @@ class ModelRunner:
         self.attention_layers = [m for m in self.model.modules() if isinstance(m, Qwen3Attention)]
         for attn in self.attention_layers:
             attn.backend = self.backend
+        graphs = self.device.type == "cuda" and not config.enforce_eager and self.backend.name != "torch"
+        # Before the KV cache is sized: the graphs' memory pool is then already counted as in use.
+        self.prefill_graphs: PrefillGraphs | None = None
+        if graphs and self.tp_size == 1:   # (under TP a piece would all-reduce inside a graph: not done here)
+            self.prefill_graphs = PrefillGraphs(self.model.model, config.max_num_batched_tokens)
+            self.prefill_graphs.capture()
         # Under TP every rank sizes its pool; all take the smallest, so one block table fits all.
         self.num_kvcache_blocks = agree_on_min(config.num_kvcache_blocks or self._blocks_that_fit(), self.device,
                                                self.tp_size)
         self.kv_cache = self._allocate_kv_cache(self.num_kvcache_blocks)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
-        if self.device.type == "cuda" and not config.enforce_eager and self.backend.name != "torch":
+        if graphs:
             self._capture_decode_graphs()
+        if self.device.type == "cuda" and self.tp_size == 1:
+            self._warm_up_logits()
 
     # -- KV cache ------------------------------------------------------------
     def _bytes_per_block(self) -> int:
@@ -188,9 +198,26 @@ class ModelRunner:
             seq.num_scheduled_tokens = n
             seqs.append(seq)
         input_ids, positions, meta = self.prepare_prefill(seqs)
-        hidden = self.model(input_ids, positions, meta)
+        hidden = self._prefill_forward(input_ids, positions, meta)   # the path real steps take
         self.model.compute_logits(hidden[meta.cu_seqlens_q[1:] - 1])
         del cache, hidden
+        torch.cuda.synchronize(self.device)
+
+    @torch.inference_mode()
+    def _warm_up_logits(self) -> None:
+        """Run the LM head and the argmax once at every row count a step can sample (1..max_num_seqs).
+
+        A kernel's first launch in a process loads its module (CUDA loads
+        modules lazily), and that waits until the GPU has drained. cuBLAS
+        picks different kernels for different row counts, so the first steps
+        that sampled a new number of rows stopped the pipeline for a whole
+        step (docs/performance.md). Under TP every rank would have to join
+        each all-gather; not done there.
+        """
+        hidden = torch.zeros(self.config.max_num_seqs, self.config.hf_config["hidden_size"], dtype=self.dtype,
+                             device=self.device)
+        for rows in range(1, self.config.max_num_seqs + 1):
+            self.model.compute_logits(hidden[:rows]).argmax(dim=-1)
         torch.cuda.synchronize(self.device)
 
     def _allocate_kv_cache(self, num_blocks: int) -> torch.Tensor:
@@ -295,17 +322,8 @@ class ModelRunner:
             "block_tables": torch.zeros(largest, max_blocks, dtype=torch.int64, device=self.device),
             "hidden": torch.zeros(largest, hidden_size, dtype=self.dtype, device=self.device),
         }
-        # A garbage collection during capture may free another engine's CUDA objects (an engine
-        # caught in a reference cycle), and freeing is not allowed while a stream captures: the
-        # capture fails and leaves the device unusable. Collect now, then hold collection off.
-        gc.collect()
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with no_gc_while_capturing():
             self._capture_each_bucket()
-        finally:
-            if collecting:
-                gc.enable()
         torch.cuda.synchronize(self.device)
 
     def _capture_each_bucket(self) -> None:
@@ -376,7 +394,7 @@ class ModelRunner:
         device, as `launch_decode`'s do; the rest sample nothing.
         """
         input_ids, positions, meta = self.prepare_prefill(seqs)
-        hidden = self.model(input_ids, positions, meta)
+        hidden = self._prefill_forward(input_ids, positions, meta)
         rows = sampling_rows(seqs)
         sampling = [seqs[i] for i in rows]
         if not rows:
@@ -386,6 +404,14 @@ class ModelRunner:
         tokens = sample_on_device(logits, [seq.sampling_params for seq in sampling],
                                   [seq.generator for seq in sampling])
         return InFlightStep.start(sampling, tokens, batch=seqs)
+
+    def _prefill_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                         meta: AttentionMetadata) -> torch.Tensor:
+        """A prefill step through its bucket's graphs when one fits, else eagerly; plan() once for all layers."""
+        meta = self.backend.plan(meta)
+        if self.prefill_graphs is not None and self.prefill_graphs.fits(input_ids.shape[0]):
+            return self.prefill_graphs.forward(input_ids, positions, meta)
+        return self.model(input_ids, positions, meta)
 
     def _decode_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                         meta: AttentionMetadata) -> torch.Tensor:
@@ -403,7 +429,7 @@ class ModelRunner:
         """
         if is_prefill:
             input_ids, positions, meta = self.prepare_prefill(seqs)
-            hidden = self.model(input_ids, positions, meta)
+            hidden = self._prefill_forward(input_ids, positions, meta)
             last = meta.cu_seqlens_q[1:] - 1
         else:
             input_ids, positions, meta = self.prepare_decode(seqs)

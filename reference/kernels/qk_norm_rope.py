@@ -60,19 +60,26 @@ def _qk_norm_rope_kernel(q_ptr, k_ptr, q_weight_ptr, k_weight_ptr, cos_ptr, sin_
 
 
 def qk_norm_rope_triton(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
-                        eps: float, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                        eps: float, cos: torch.Tensor, sin: torch.Tensor,
+                        out: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`qwen3.qk_norm_rope` for q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim].
 
     q and k may be views into one qkv row (any token and head strides); each
     head's values must be contiguous, and so must each row of cos and sin.
-    Returns new contiguous tensors.
+    Returns new contiguous tensors, or `out` (q_out, k_out: contiguous, q's and k's shapes) written.
     """
     tokens, q_heads, head_dim = q.shape
     kv_heads = k.shape[1]
     if head_dim % 2 or q.stride(2) != 1 or k.stride(2) != 1 or cos.stride(1) != 1 or sin.stride(1) != 1:
         raise ValueError("qk_norm_rope_triton needs an even head_dim and contiguous heads, cos and sin rows")
-    q_out = torch.empty(tokens, q_heads, head_dim, dtype=q.dtype, device=q.device)
-    k_out = torch.empty(tokens, kv_heads, head_dim, dtype=k.dtype, device=k.device)
+    if out is None:
+        q_out = torch.empty(tokens, q_heads, head_dim, dtype=q.dtype, device=q.device)
+        k_out = torch.empty(tokens, kv_heads, head_dim, dtype=k.dtype, device=k.device)
+    else:
+        q_out, k_out = out
+        if q_out.shape != q.shape or k_out.shape != k.shape or not (q_out.is_contiguous() and k_out.is_contiguous()):
+            raise ValueError(f"out must be contiguous tensors of q's and k's shapes {tuple(q.shape)}, "
+                             f"{tuple(k.shape)}, got {tuple(q_out.shape)}, {tuple(k_out.shape)}")
     if tokens == 0:
         return q_out, k_out
     half = head_dim // 2

@@ -45,6 +45,14 @@ class ColumnParallelLinear(nn.Linear):
         for param in self.parameters():
             param.weight_loader = self.load_shard
 
+    def forward(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """x W^T (+ b); `out`: a [tokens, out_features] tensor to write it into (a CUDA graph's fixed address)."""
+        if out is None:
+            return F.linear(x, self.weight, self.bias)
+        if self.bias is None:
+            return torch.mm(x, self.weight.t(), out=out)
+        return torch.addmm(self.bias, x, self.weight.t(), out=out)
+
     def load_shard(self, param: nn.Parameter, full: torch.Tensor, shard: int | None) -> None:
         index = 0 if shard is None else shard
         size = self.local_sizes[index]

@@ -163,7 +163,7 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torc
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                       cu_seqlens_k: torch.Tensor, max_seqlen_q: int, scale: float, *, block_m: int = 128,
                       block_n: int = 64, num_warps: int = 8, num_stages: int = 2,
-                      group_heads: bool = False) -> torch.Tensor:
+                      group_heads: bool = False, out: torch.Tensor | None = None) -> torch.Tensor:
     """Causal varlen attention, end-aligned: FlashAttention-2's varlen forward with causal=True.
 
     q [total_q, q_heads, head_dim]; k, v [total_k, kv_heads, head_dim] (views with any token and
@@ -173,13 +173,18 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seql
     the sums would wait for the GPU). Query head h reads KV head h // (q_heads // kv_heads).
     Returns [total_q, q_heads, head_dim] in q's dtype; rows that no sequence covers (past
     cu_seqlens_q[-1]) are left unwritten. `group_heads`: one program takes every query head of
-    one KV head (block_m rows = block_m // group tokens x group heads).
+    one KV head (block_m rows = block_m // group tokens x group heads). `out`: a contiguous
+    tensor of q's shape and dtype to write into (and return) instead of a new one.
     """
     _check(q, k, v, cu_seqlens_q, cu_seqlens_k, block_m, block_n, group_heads)
     total_q, q_heads, head_dim = q.shape
     kv_heads = k.shape[1]
     group = q_heads // kv_heads
-    out = torch.empty(total_q, q_heads, head_dim, dtype=q.dtype, device=q.device)
+    if out is None:
+        out = torch.empty(total_q, q_heads, head_dim, dtype=q.dtype, device=q.device)
+    elif out.shape != q.shape or out.dtype != q.dtype or out.device != q.device or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {q.dtype} tensor of q's shape {tuple(q.shape)} on {q.device}, "
+                         f"got {out.dtype} {tuple(out.shape)} on {out.device}")
     num_seqs = len(cu_seqlens_q) - 1
     heads_per_program = group if group_heads else 1
     tokens_per_program = block_m // heads_per_program

@@ -30,6 +30,7 @@ class AttentionMetadata:
     has_cached_prefix: bool = False  # prefill: does any sequence attend to K/V computed in earlier steps?
     num_context_tokens: int = 0      # prefill: sum of context_lens (sizes the gathered K/V)
     decode_order: torch.Tensor | None = None  # decode: rows in the order a kernel should run them (backend.plan)
+    context_slots: torch.Tensor | None = None  # prefill over a cached prefix: each context token's slot (backend.plan)
 
 
 def store_kvcache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -46,6 +47,14 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> to
     block_size = cache.shape[1]
     num_blocks = (length + block_size - 1) // block_size
     return cache[block_table[:num_blocks]].flatten(0, 1)[:length]
+
+
+def _into(out: torch.Tensor | None, o: torch.Tensor) -> torch.Tensor:
+    """o, or o copied into `out` when the caller gave a fixed home for it (a CUDA graph's buffer)."""
+    if out is None:
+        return o
+    out.copy_(o)
+    return out
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
@@ -68,11 +77,13 @@ class TorchAttentionBackend:
         return meta
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+                v_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+        """Store the new K/V, attend: [tokens, heads, head_dim], written into `out` if given (every backend)."""
         store_kvcache(k, v, k_cache, v_cache, meta.slot_mapping)
         if meta.is_prefill:
-            return self._prefill(q, k_cache, v_cache, meta, scale)
-        return self._decode(q, k_cache, v_cache, meta, scale)
+            return _into(out, self._prefill(q, k_cache, v_cache, meta, scale))
+        return _into(out, self._decode(q, k_cache, v_cache, meta, scale))
 
     def _prefill(self, q, k_cache, v_cache, meta, scale):
         out = torch.empty_like(q)
@@ -111,7 +122,7 @@ class TritonAttentionBackend:
 
     name = "triton"
 
-    def __init__(self):
+    def __init__(self, block_size: int):
         from student_exercises.kernels.kv_store import store_kvcache_triton
         from student_exercises.kernels.paged_decode import longest_first, paged_decode_attention
         from student_exercises.kernels.prefill_attention import prefill_attention, tiles_head_dim
@@ -120,41 +131,49 @@ class TritonAttentionBackend:
         self.longest_first = longest_first
         self.prefill = prefill_attention
         self.prefill_tiles = tiles_head_dim
+        self.block_size = block_size
 
     def plan(self, meta: AttentionMetadata) -> AttentionMetadata:
-        """Decode: sort the rows longest context first, once per step for every layer's kernel.
+        """Work every layer's kernel needs, done once per step instead of once per layer.
 
-        The model runner calls this inside each CUDA graph it captures, so the
-        sort is replayed with the graph on every step's context lengths.
+        Decode: sort the rows longest context first. The model runner calls
+        this inside each CUDA graph it captures, so the sort is replayed with
+        the graph on every step's context lengths. Prefill over a cached
+        prefix: the cache slot of every context token (about ten small
+        kernels, which each of the model's layers used to launch again).
         """
-        if meta.is_prefill:
-            return meta
-        return replace(meta, decode_order=self.longest_first(meta.context_lens))
+        if not meta.is_prefill:
+            return replace(meta, decode_order=self.longest_first(meta.context_lens))
+        if meta.has_cached_prefix and meta.context_slots is None:
+            return replace(meta, context_slots=context_slots(meta, self.block_size))
+        return meta
 
-    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float,
+                out: torch.Tensor | None = None) -> torch.Tensor:
         self.store(k, v, k_cache, v_cache, meta.slot_mapping)
         if not meta.is_prefill:
-            return self.decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale,
-                               order=meta.decode_order)
+            return _into(out, self.decode(q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale,
+                                          order=meta.decode_order))
         tileable = self.prefill_tiles(q.shape[-1])
         if not tileable and q.dtype == torch.float32:
-            return TorchAttentionBackend()._prefill(q, k_cache, v_cache, meta, scale)
+            return _into(out, TorchAttentionBackend()._prefill(q, k_cache, v_cache, meta, scale))
         if meta.has_cached_prefix:
-            slots = context_slots(meta, k_cache.shape[1])
+            slots = context_slots(meta, k_cache.shape[1]) if meta.context_slots is None else meta.context_slots
             k = k_cache.flatten(0, 1)[slots]
             v = v_cache.flatten(0, 1)[slots]
         if not tileable:
-            return flash_varlen(q, k, v, meta, scale)
-        return self._prefill_kernel(q, k, v, meta, scale)
+            return _into(out, flash_varlen(q, k, v, meta, scale))
+        return self._prefill_kernel(q, k, v, meta, scale, out)
 
-    def _prefill_kernel(self, q, k, v, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def _prefill_kernel(self, q, k, v, meta: AttentionMetadata, scale: float,
+                        out: torch.Tensor | None = None) -> torch.Tensor:
         """The Triton prefill with its tiles: 64 query rows (every head of a KV group, when the group
         divides 64) x 32 keys, 4 warps, 3 stages, the fastest of the configurations swept on an H100
         (scripts/prefill_attention_bench.py; docs/performance.md)."""
         cu_k = meta.cu_seqlens_k if meta.has_cached_prefix else meta.cu_seqlens_q
         group = q.shape[1] // k.shape[1]
         return self.prefill(q, k, v, meta.cu_seqlens_q, cu_k, meta.max_seqlen_q, scale, block_m=64, block_n=32,
-                            num_warps=4, num_stages=3, group_heads=64 % group == 0)
+                            num_warps=4, num_stages=3, group_heads=64 % group == 0, out=out)
 
 
 def context_slots(meta: AttentionMetadata, block_size: int) -> torch.Tensor:
@@ -196,20 +215,21 @@ class FlashAttnBackend:
     def plan(self, meta: AttentionMetadata) -> AttentionMetadata:
         return meta
 
-    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def forward(self, q, k, v, k_cache, v_cache, meta: AttentionMetadata, scale: float,
+                out: torch.Tensor | None = None) -> torch.Tensor:
         self.store(k, v, k_cache, v_cache, meta.slot_mapping)
         if not meta.is_prefill:
-            out = self.flash_attn.flash_attn_with_kvcache(
+            o = self.flash_attn.flash_attn_with_kvcache(
                 q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.context_lens.int(),
                 block_table=meta.block_tables.int(), softmax_scale=scale, causal=True)
-            return out.squeeze(1)
+            return _into(out, o.squeeze(1))
         if meta.has_cached_prefix:
-            return self.flash_attn.flash_attn_varlen_func(
+            return _into(out, self.flash_attn.flash_attn_varlen_func(
                 q, k_cache, v_cache, meta.cu_seqlens_q.int(), meta.cu_seqlens_k.int(), meta.max_seqlen_q,
-                meta.max_seqlen_k, softmax_scale=scale, causal=True, block_table=meta.block_tables.int())
-        return self.flash_attn.flash_attn_varlen_func(
+                meta.max_seqlen_k, softmax_scale=scale, causal=True, block_table=meta.block_tables.int()))
+        return _into(out, self.flash_attn.flash_attn_varlen_func(
             q, k, v, meta.cu_seqlens_q.int(), meta.cu_seqlens_q.int(), meta.max_seqlen_q, meta.max_seqlen_q,
-            softmax_scale=scale, causal=True)
+            softmax_scale=scale, causal=True))
 
 
 def _importable(module: str) -> bool:
@@ -236,7 +256,7 @@ def make_backend(name: str, device: str, block_size: int):
     if name == "triton":
         if not _importable("triton"):
             raise ValueError("attention_backend='triton' but the triton package is not installed")
-        return TritonAttentionBackend()
+        return TritonAttentionBackend(block_size)
     if not _importable("flash_attn"):
         raise ValueError("attention_backend='flash-attn' but the flash_attn package does not import "
                          "(pip install inferlab[flash] on a CUDA machine)")

@@ -12,6 +12,8 @@ of the MLP's intermediate features; o_proj and down_proj all-reduce.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -56,9 +58,18 @@ def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
 
 
 def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
-                 cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Qwen3's per-head RMSNorm of q and k, then RoPE on both: [tokens, heads, head_dim] each."""
-    return apply_rope(rms_norm(q, q_weight, eps), cos, sin), apply_rope(rms_norm(k, k_weight, eps), cos, sin)
+                 cos: torch.Tensor, sin: torch.Tensor,
+                 out: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Qwen3's per-head RMSNorm of q and k, then RoPE on both: [tokens, heads, head_dim] each.
+
+    `out`: (q_out, k_out) to write the results into (and return) instead of new tensors.
+    """
+    q, k = apply_rope(rms_norm(q, q_weight, eps), cos, sin), apply_rope(rms_norm(k, k_weight, eps), cos, sin)
+    if out is None:
+        return q, k
+    out[0].copy_(q)
+    out[1].copy_(k)
+    return out
 
 
 class ElementwiseOps:
@@ -167,6 +178,24 @@ class RotaryEmbedding(nn.Module):
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+@dataclass
+class AttentionInputs:
+    """Preallocated homes of one layer's attention inputs, [tokens, ...] each.
+
+    A prefill CUDA graph (reference/engine/prefill_graphs.py) stops at each
+    attention call, which runs eagerly between two replays: the projections
+    must land at addresses that outlive the graph piece that wrote them, so
+    they are written here instead of into fresh tensors.
+    """
+    qkv: torch.Tensor   # [tokens, q_size + 2 * kv_size]: the fused projection; v is read from its tail
+    q: torch.Tensor     # [tokens, heads, head_dim]: q after its norm and RoPE
+    k: torch.Tensor     # [tokens, kv_heads, head_dim]: k after its norm and RoPE
+
+    def rows(self, n: int) -> "AttentionInputs":
+        """The first n tokens' rows (views)."""
+        return AttentionInputs(self.qkv[:n], self.q[:n], self.k[:n])
+
+
 class Qwen3Attention(nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
@@ -190,13 +219,23 @@ class Qwen3Attention(nn.Module):
         self.backend = None
 
     def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        return self.o_proj(self.attend(*self.project(rope, x), meta).flatten(1))
+
+    def project(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor,
+                out: AttentionInputs | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k (normed and rotated) and v of each token: [tokens, heads, head_dim] each; written into `out` if given."""
+        qkv = self.qkv_proj(x, out=None if out is None else out.qkv)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k = self.ops.qk_norm_rope(q.view(-1, self.num_heads, self.head_dim),
                                      k.view(-1, self.num_kv_heads, self.head_dim),
-                                     self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *rope)
-        v = v.view(-1, self.num_kv_heads, self.head_dim)
-        o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
-        return self.o_proj(o.flatten(1))
+                                     self.q_norm.weight, self.k_norm.weight, self.q_norm.eps, *rope,
+                                     out=None if out is None else (out.q, out.k))
+        return q, k, v.view(-1, self.num_kv_heads, self.head_dim)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
+               out: torch.Tensor | None = None) -> torch.Tensor:
+        """Store this step's K/V in the cache, attend over it: [tokens, heads, head_dim] (into `out` if given)."""
+        return self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale, out=out)
 
 
 class Qwen3MLP(nn.Module):
@@ -226,11 +265,18 @@ class Qwen3DecoderLayer(nn.Module):
         left to the norm that follows it, so add and norm are one fused kernel.
         The sums are the same as x + attn(norm(x)), then + mlp(norm(.)).
         """
+        h, residual = self.before_attention(x, residual)
+        return self.after_attention(self.self_attn(rope, h, meta), residual)
+
+    def before_attention(self, x, residual):
+        """(input_layernorm(x + residual), x + residual); in layer 0 (no stream yet) the stream is x."""
         if residual is None:
-            h, residual = self.input_layernorm(x), x
-        else:
-            h, residual = self.input_layernorm(x, residual)
-        h, residual = self.post_attention_layernorm(self.self_attn(rope, h, meta), residual)
+            return self.input_layernorm(x), x
+        return self.input_layernorm(x, residual)
+
+    def after_attention(self, attn_out, residual):
+        """The attention output (after o_proj) into the stream, then the MLP: (MLP output, the stream)."""
+        h, residual = self.post_attention_layernorm(attn_out, residual)
         return self.mlp(h), residual
 
 
@@ -249,6 +295,10 @@ class Qwen3Model(nn.Module):
         residual = None
         for layer in self.layers:
             x, residual = layer(rope, x, residual, meta)
+        return self.final_norm(x, residual)
+
+    def final_norm(self, x, residual):
+        """The last block's output added to the stream, normalized: the hidden states the LM head reads."""
         return self.norm(x, residual)[0] if residual is not None else self.norm(x)
 
 

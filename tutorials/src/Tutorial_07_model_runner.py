@@ -219,7 +219,8 @@ for p, mine in zip(prompts, ours):
 # - **Triton kernel**（`attention_backend="triton"`）：KV store（按 `slot_mapping` 把新 K/V 写进 cache）和 paged decode attention
 #   （直接按 `block_tables` 从分页的 cache 里读 K/V，不先拷成连续的张量）。
 # - **CUDA graphs**：decode 一步有几百个小 kernel，从 Python 一个个 launch 比它们实际运行还慢。
-#   把一次 decode 录成 graph（按 batch size 分桶），之后每步只 replay 一次。`enforce_eager=True` 关掉它。
+#   把一次 decode 录成 graph（按 batch size 分桶），之后每步只 replay 一次；prefill 按 token 数分桶，在 attention 处切成几段录。
+#   `enforce_eager=True` 关掉它们。
 #
 # 下面的代码在有 GPU 时实测；没有 GPU 时只打印说明。
 
@@ -269,7 +270,10 @@ else:
 #
 # 一个 graph 录下的是 **固定地址** 上的一串 kernel：replay 时不会重新看 Python 代码，输入只能通过事先分配好的静态张量传进去。
 # 这就是为什么引擎要为每个 batch size 桶各录一个 graph、每步先把输入拷进静态 buffer 再 replay，
-# 也是为什么形状多变的 prefill 一般不录。下面用模型里的一个 MLP 演示录制和 replay（只在 GPU 上跑）。
+# 形状多变的 prefill 不能整步录：attention 的 grid 和它要 gather 的前缀取决于这一步有哪些序列，不只取决于 token 数。
+# 引擎的做法和 vLLM 的 piecewise graphs 一样：按 token 数分桶，把 prefill 在每个 attention 调用处切开，
+# 两次 attention 之间的部分（o_proj、MLP、下一层的 norm 和 q/k/v）录成 graph，attention 在两段 replay 之间 eager 地跑
+# （`reference/engine/prefill_graphs.py`）。下面用模型里的一个 MLP 演示录制和 replay（只在 GPU 上跑）。
 
 # %%
 if torch.cuda.is_available():
