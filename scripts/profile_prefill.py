@@ -6,11 +6,14 @@ second scheduled prefill batch and measures it:
 
 - the CPU's `prepare_prefill` (median of repeats), against a vectorised variant
   that builds the same tensors with numpy (checked equal first);
-- the forward pass plus the logits of each sequence's last token, timed with
-  CUDA events (median of repeats), and its kernels by group with torch.profiler;
+- the forward pass plus the logits of each sequence's last token, as the engine
+  runs it (through the prefill CUDA graphs when captured), timed with CUDA
+  events (median of repeats), and its kernels by group with torch.profiler; the
+  eager forward on the same inputs, and the CPU time to launch each;
 - the GEMM floor: every projection of the model (28 layers x qkv, o, gate_up,
-  down) alone, one after another at the step's token count, with the model's
-  own weights (cuBLAS, as F.linear calls it), timed the same way.
+  down) alone, one after another at the rows the forward computes (the step's
+  token count, or its graph bucket's), with the model's own weights (cuBLAS, as
+  F.linear calls it), timed the same way.
 
 Re-running the step's forward rewrites the same KV slots with the same values,
 so the measurement leaves the engine's state as it found it.
@@ -63,7 +66,7 @@ def use_flash_prefill() -> None:
     """Route the Triton backend's prefill attention to FlashAttention-2, as before session 7."""
     from reference.layers import attention
     attention.TritonAttentionBackend._prefill_kernel = \
-        lambda self, q, k, v, meta, scale: attention.flash_varlen(q, k, v, meta, scale)
+        lambda self, q, k, v, meta, scale, out=None: attention._into(out, attention.flash_varlen(q, k, v, meta, scale))
 
 
 def gpu_ms(fn, repeats: int) -> float:
@@ -86,6 +89,18 @@ def cpu_ms(fn, repeats: int) -> float:
         fn()
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def launch_ms(fn, repeats: int) -> float:
+    """Median CPU milliseconds to queue fn()'s GPU work (from an idle GPU, not waiting for it)."""
+    times = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    torch.cuda.synchronize()
     return statistics.median(times)
 
 
@@ -140,9 +155,17 @@ def main() -> None:
     result["prepare_prefill_numpy_ms"] = cpu_ms(lambda: prepare_prefill_numpy(runner, seqs), args.repeats)
 
     last = meta.cu_seqlens_q[1:] - 1
-    step = lambda: runner.model.compute_logits(runner.model(ids, positions, meta)[last])
+    # The engine's path (the step's CUDA graph pieces with attention between them, when captured), and
+    # the eager forward on the same inputs, in the same process.
+    step = lambda: runner.model.compute_logits(runner._prefill_forward(ids, positions, meta)[last])
+    eager = lambda: runner.model.compute_logits(runner.model(ids, positions, runner.backend.plan(meta))[last])
     step()
+    eager()
+    result["prefill_graphs"] = runner.prefill_graphs is not None and runner.prefill_graphs.fits(tokens)
     result["forward_and_logits_ms"] = gpu_ms(step, args.repeats)
+    result["eager_forward_and_logits_ms"] = gpu_ms(eager, args.repeats)
+    result["eager_launch_cpu_ms"] = launch_ms(eager, args.repeats)
+    result["launch_cpu_ms"] = launch_ms(step, args.repeats)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(3):
             step()
@@ -158,12 +181,16 @@ def main() -> None:
     result["top_kernels"] = [{"ms": ms, "calls": n, "name": k} for ms, n, k in sorted(kernels, reverse=True)[:20]]
 
     linears = [m for m in runner.model.modules() if isinstance(m, (ColumnParallelLinear, RowParallelLinear))]
-    inputs = {m.weight.shape[1]: torch.randn(tokens, m.weight.shape[1], device="cuda", dtype=torch.bfloat16)
+    # The floor at the rows the forward computes: with prefill graphs, the step's bucket (padding included).
+    graphs = runner.prefill_graphs
+    rows = next(b for b in graphs.buckets if b >= tokens) if result["prefill_graphs"] else tokens
+    result["gemm_rows"] = rows
+    inputs = {m.weight.shape[1]: torch.randn(rows, m.weight.shape[1], device="cuda", dtype=torch.bfloat16)
               for m in linears}
     floor = lambda: [F.linear(inputs[m.weight.shape[1]], m.weight) for m in linears]
     floor()
     result["gemm_floor_ms"] = gpu_ms(floor, args.repeats)
-    flops = sum(2 * tokens * m.weight.numel() for m in linears)
+    flops = sum(2 * rows * m.weight.numel() for m in linears)
     result["gemm_tflops"] = flops / result["gemm_floor_ms"] / 1e9
     result["forward_over_floor"] = result["forward_and_logits_ms"] / result["gemm_floor_ms"]
     result["profiled_over_floor"] = sum(groups.values()) / result["gemm_floor_ms"]
@@ -171,8 +198,10 @@ def main() -> None:
     print(f"prefill step: {len(seqs)} sequences, {tokens} tokens")
     print(f"  prepare_prefill (CPU): {result['prepare_prefill_ms']:.2f} ms "
           f"(numpy variant {result['prepare_prefill_numpy_ms']:.2f} ms)")
-    print(f"  forward + last-token logits (GPU events): {result['forward_and_logits_ms']:.2f} ms")
-    print(f"  GEMM floor ({len(linears)} projections alone, cuBLAS): {result['gemm_floor_ms']:.2f} ms "
+    print(f"  forward + last-token logits (GPU events): {result['forward_and_logits_ms']:.2f} ms "
+          f"(prefill graphs: {result['prefill_graphs']}; eager forward {result['eager_forward_and_logits_ms']:.2f} ms)")
+    print(f"  launching it (CPU, no wait): {result['launch_cpu_ms']:.2f} ms (eager {result['eager_launch_cpu_ms']:.2f} ms)")
+    print(f"  GEMM floor ({len(linears)} projections alone at {rows} rows, cuBLAS): {result['gemm_floor_ms']:.2f} ms "
           f"({result['gemm_tflops']:.0f} TFLOP/s); forward / floor {result['forward_over_floor']:.2f}x")
     total = sum(groups.values())
     print(f"  kernels by group (profiler, {total:.2f} ms; {total / result['gemm_floor_ms']:.2f}x the floor):")
