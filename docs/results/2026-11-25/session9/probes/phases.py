@@ -1,5 +1,5 @@
 """One-off probe: CPU time of each phase of each prefill launch of a bench-256 async run."""
-import sys, time, collections
+import collections, os, sys, time
 import torch
 sys.path.insert(0, ".")
 from courseware import bench
@@ -40,7 +40,7 @@ def sampler():
         if cur is not None:
             frame = sys._current_frames().get(main_id)
             stack = traceback.extract_stack(frame)
-            here = [f"{f.filename.split('/work/main/')[-1]}:{f.lineno}:{f.name}" for f in stack[-4:]]
+            here = [f"{os.path.relpath(f.filename)}:{f.lineno}:{f.name}" for f in stack[-4:]]
             samples.append((len(rows), " <- ".join(reversed(here))))
 threading.Thread(target=sampler, daemon=True).start()
 orig_launch = mr.ModelRunner.launch_prefill
