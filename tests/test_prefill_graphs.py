@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from reference import LLM, SamplingParams
-from reference.engine.prefill_graphs import BUCKET_STEP, SMALLEST_BUCKET, PrefillGraphs, prefill_buckets
+from reference.engine.prefill_graphs import (BUCKET_STEP, MAX_GRAPH_TOKENS, SMALLEST_BUCKET, PrefillGraphs,
+                                             prefill_buckets)
 from reference.engine.sequence import Sequence
 from tests.helpers import random_prompts
 
@@ -27,6 +28,15 @@ def test_buckets_cover_every_step_size_with_bounded_padding(max_tokens):
         bucket = next(b for b in buckets if b >= n)
         # A small step pads to at most twice itself (or the smallest bucket); a large one by less than a step.
         assert bucket - n < max(n, SMALLEST_BUCKET, 1) if n <= BUCKET_STEP else bucket - n < BUCKET_STEP
+
+
+def test_steps_above_the_largest_graph_run_eagerly(tiny_model_dir):
+    """The buckets stop at MAX_GRAPH_TOKENS whatever max_num_batched_tokens is; a larger step does not fit."""
+    llm = LLM(tiny_model_dir, device="cpu", dtype="float32", num_kvcache_blocks=8, max_model_len=256)
+    graphs = PrefillGraphs(llm.model_runner.model.model, max_tokens=4 * MAX_GRAPH_TOKENS)
+    assert graphs.buckets == prefill_buckets(MAX_GRAPH_TOKENS)
+    assert graphs.fits(MAX_GRAPH_TOKENS) and not graphs.fits(MAX_GRAPH_TOKENS + 1)
+    assert graphs.hidden.shape[0] == MAX_GRAPH_TOKENS
 
 
 def eager_pieces(graphs: PrefillGraphs) -> None:

@@ -27,6 +27,7 @@ order they were captured, which `forward` does.
 
 The price: padding rows (up to 2048 in a large step), the buffers for the
 largest bucket, and capture time at start-up (layers + 1 pieces per bucket).
+Steps above MAX_GRAPH_TOKENS run eagerly.
 """
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ from student_exercises.models.qwen3 import AttentionInputs, Qwen3Model
 # Buckets: powers of two from SMALLEST_BUCKET to BUCKET_STEP, then every BUCKET_STEP tokens.
 SMALLEST_BUCKET = 16
 BUCKET_STEP = 2048
+# Larger steps run eagerly: their GPU time outgrows the launches' CPU time, while each bucket
+# costs capture time and the largest sets the buffers' and the pool's size.
+MAX_GRAPH_TOKENS = 16384
 
 
 def prefill_buckets(max_tokens: int) -> list[int]:
@@ -83,8 +87,9 @@ class PrefillGraphs:
     """The pieces of a prefill forward as CUDA graphs, one list per token bucket; attention runs eagerly."""
 
     def __init__(self, model: Qwen3Model, max_tokens: int):
+        """`max_tokens`: the largest step to capture for (at most MAX_GRAPH_TOKENS)."""
         self.model = model
-        self.buckets = prefill_buckets(max_tokens)
+        self.buckets = prefill_buckets(min(max_tokens, MAX_GRAPH_TOKENS))
         attn = model.layers[0].self_attn
         weight = model.embed_tokens.weight
         n, device, dtype = self.buckets[-1], weight.device, weight.dtype
