@@ -7,7 +7,8 @@ here). GPU (`gpu` marker): the same kernels in fp32/fp16/bf16 under the
 dtype's relative-error bound, flash prefill with and without a cached prefix,
 the prefill kernel against PyTorch's FlashAttention-2, and whole-engine token
 agreement (triton vs torch backend, graphs vs eager).
-Fresh random inputs every call; outputs are poisoned before each kernel run.
+Fresh random inputs every call (caches start random too, so a slot a kernel
+should have written and did not holds a wrong value, not a lucky zero).
 """
 from __future__ import annotations
 
