@@ -6,7 +6,13 @@ process. The grader sends both the same fresh random seed each round, in
 alternating order (S R, then R S, ...), times every run itself, and checks
 that both produced the same greedy tokens. The score uses the median of the
 per-round ratios reference_time / student_time, so a slow moment of the
-machine (another worker, the OS) affects one round, not the grade.
+machine (another worker, the OS) affects one round, not the grade. A median
+below the bar is confirmed before it fails anyone: more rounds run, up to
+CONFIRM_FACTOR times the rubric's, until the median clears the bar or they
+run out. A busy machine (a parallel grading job on a two-core grader slowed
+two of three rounds of the reference solution itself) rarely slows most of
+nine rounds; a slow engine is slow in all of them. The price: a failing
+submission takes up to that many times longer to time.
 
 While one side is timed, every process of the other side is stopped
 (SIGSTOP to its whole PID namespace, confirmed by reading its state): a
@@ -31,6 +37,16 @@ from grading.results import ItemResult
 from grading.rubric import Item
 
 SCRIPT = "_inferlab_throughput.py"
+# A failing median is confirmed over up to this many times the rubric's rounds.
+CONFIRM_FACTOR = 3
+
+
+def needs_more_rounds(ratios: list[float], rounds: int, min_ratio: float) -> bool:
+    """Time another round? Until the rubric's rounds are done, and then while the median is below the bar
+    and fewer than CONFIRM_FACTOR times those rounds have run."""
+    if len(ratios) < rounds:
+        return True
+    return statistics.median(ratios) < min_ratio and len(ratios) < CONFIRM_FACTOR * rounds
 
 
 def _expect(child, prefix: str, deadline: float) -> str | None:
@@ -61,7 +77,10 @@ def run_throughput(item: Item, runner: Runner, student_harness: Path, reference_
             if _expect(child, "READY", deadline) is None:
                 problem = f"the {name} engine did not get ready (crashed, or too slow for the {deadline_s:.0f} s limit)"
                 break
-        for r in range(rounds if not problem else 0):
+        r = 0
+        while not problem and r < CONFIRM_FACTOR * rounds and needs_more_rounds(_ratios(times), rounds, min_ratio):
+            if r >= rounds and time.monotonic() + 2 * _longest_round(times) > deadline:
+                break            # no time to confirm: judge on the rounds done (the bar's message, not a timeout)
             seed = secrets.randbelow(1 << 30)
             order = ("student", "reference") if r % 2 == 0 else ("reference", "student")
             digests = {}
@@ -83,6 +102,7 @@ def run_throughput(item: Item, runner: Runner, student_harness: Path, reference_
             if digests["student"] != digests["reference"]:
                 problem = f"on timed round {r + 1} your engine's tokens differ from the reference's"
                 break
+            r += 1
     finally:
         for child in children.values():
             child.resume()
@@ -93,10 +113,10 @@ def run_throughput(item: Item, runner: Runner, student_harness: Path, reference_
         results = {name: child.wait(min(deadline, time.monotonic() + 10)) for name, child in children.items()}
     flags = process_flags(results["student"])
     timed_out = results["student"].timed_out and not problem
-    ratios = [ref / mine for ref, mine in zip(times["reference"], times["student"]) if mine > 0]
+    ratios = _ratios(times)
     measurements = {"student_s": times["student"], "reference_s": times["reference"], "ratios": ratios,
                     "other_side_not_stopped": not_stopped, "sandbox": {"process": process_summary(results["student"])}}
-    if ratios and len(ratios) == rounds and not problem:
+    if ratios and len(ratios) >= rounds and not problem:
         ratio = statistics.median(ratios)
         measurements["median_ratio"] = ratio
         passed = ratio >= min_ratio
@@ -109,3 +129,13 @@ def run_throughput(item: Item, runner: Runner, student_harness: Path, reference_
     return ItemResult(item.id, item.title, item.kind, item.points, item.points if passed else 0, status, message,
                       flags=flags, wall_s=results["student"].wall_s,
                       output_tail=results["student"].output.text()[-2000:], measurements=measurements)
+
+
+def _ratios(times: dict[str, list[float]]) -> list[float]:
+    """reference_time / student_time of each round both sides completed."""
+    return [ref / mine for ref, mine in zip(times["reference"], times["student"]) if mine > 0]
+
+
+def _longest_round(times: dict[str, list[float]]) -> float:
+    """The longest round so far: both sides' slowest runs."""
+    return max(times["student"]) + max(times["reference"])

@@ -388,3 +388,14 @@ def test_a_module_the_student_added_is_named_as_not_run(tmp_path, tree):
     added = [e.describe() for e in out.outside_edits if "my_helpers" in e.path]
     assert added == [f"{PACKAGE}/engine/my_helpers.py:1: added a new module: put its code in the file that uses it, "
                      "outside the regions (not run: only region bodies and added definitions are)"]
+
+
+def test_a_failing_throughput_median_is_confirmed_with_more_rounds():
+    """Below the bar after the rubric's rounds, more rounds run (up to CONFIRM_FACTOR times); above it, none."""
+    from grading.throughput_check import CONFIRM_FACTOR, needs_more_rounds
+    assert needs_more_rounds([], 3, 0.5) and needs_more_rounds([1.0, 1.0], 3, 0.5)
+    assert not needs_more_rounds([1.0, 0.4, 0.9], 3, 0.5)             # median 0.9: passes as it stands
+    assert needs_more_rounds([0.4, 0.45, 1.0], 3, 0.5)                 # two slow rounds of three: confirm
+    assert not needs_more_rounds([0.4, 0.45, 1.0, 1.0, 1.1], 3, 0.5)   # the busy moment passed: median 1.0
+    slow = [0.2] * (CONFIRM_FACTOR * 3)
+    assert needs_more_rounds(slow[:-1], 3, 0.5) and not needs_more_rounds(slow, 3, 0.5)
