@@ -281,7 +281,8 @@ assert lengths["raw text"] < lengths["user only"] < lengths["system + user"] < l
 # - decode：batch 里 1 到 16 个请求，量 decode 步。
 #
 # 每个点量 5 次取最小值：别的进程抢 CPU 只会让一次测量变慢、不会变快，所以最小值最接近这台机器本来的速度
-# （一步里的几个 decode 步仍取中位数）。如果 prefill 是 compute-bound，它的时间应该随 token 数近似线性增长；
+# （一步里的几个 decode 步仍取中位数）。5 轮交错着量（每轮把所有点各量一次）：机器忙的那几秒只拖慢一轮，
+# 而不是某一个点的全部 5 次。如果 prefill 是 compute-bound，它的时间应该随 token 数近似线性增长；
 # 如果 decode 受 "每一步都要把全部权重读一遍"（以及固定开销）限制，它的时间几乎不随 batch 增长：每个 token 的成本随 batch 下降。
 
 # %%
@@ -305,8 +306,13 @@ def timed_steps(prompt_lens, max_tokens, decode_steps=0):
 
 timed_steps([16], 2, 1)                                       # warm-up
 PREFILL_TOKENS, DECODE_BATCH = [16, 64, 256, 1024], [1, 2, 4, 8, 16]
-prefill_s = {n: min(timed_steps([n], 1)[0] for _ in range(5)) for n in PREFILL_TOKENS}
-decode_s = {b: min(timed_steps([16] * b, 8, 5)[1] for _ in range(5)) for b in DECODE_BATCH}
+prefill_s = {n: float("inf") for n in PREFILL_TOKENS}
+decode_s = {b: float("inf") for b in DECODE_BATCH}
+for _ in range(5):                                            # rounds interleave the points: a busy second
+    for n in PREFILL_TOKENS:                                  # on the machine slows one round, not one point
+        prefill_s[n] = min(prefill_s[n], timed_steps([n], 1)[0])
+    for b in DECODE_BATCH:
+        decode_s[b] = min(decode_s[b], timed_steps([16] * b, 8, 5)[1])
 for n, t in prefill_s.items():
     print(f"prefill {n:5d} tokens: {t * 1e3:7.2f} ms/step  {t / n * 1e6:7.1f} us/token")
 for b, t in decode_s.items():
