@@ -120,6 +120,11 @@ class TensorParallelRunner(ModelRunner):
             self.close()
             raise
 
+    # Config refuses async scheduling with tensor parallelism: a step launched on rank 0 alone would
+    # leave the workers waiting for a broadcast. These say so if that check is ever bypassed.
+    def launch_prefill(self, seqs):
+        raise NotImplementedError("async scheduling is not supported with tensor parallelism")
+
     def launch_decode(self, seqs, previous):
         raise NotImplementedError("async scheduling is not supported with tensor parallelism")
 
