@@ -78,7 +78,7 @@ def run_throughput(item: Item, runner: Runner, student_harness: Path, reference_
                 problem = f"the {name} engine did not get ready (crashed, or too slow for the {deadline_s:.0f} s limit)"
                 break
         r = 0
-        while not problem and r < CONFIRM_FACTOR * rounds and needs_more_rounds(_ratios(times), rounds, min_ratio):
+        while not problem and needs_more_rounds(_ratios(times), rounds, min_ratio):
             if r >= rounds and time.monotonic() + 2 * _longest_round(times) > deadline:
                 break            # no time to confirm: judge on the rounds done (the bar's message, not a timeout)
             seed = secrets.randbelow(1 << 30)
