@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 
 import torch
@@ -19,6 +18,8 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, ".")
+sys.path.insert(0, "scripts")
+import profile_prefill  # noqa: E402
 from reference.models.qwen3 import ElementwiseOps  # noqa: E402
 
 
@@ -112,17 +113,9 @@ def gate_up_silu(x, w, cfg):
 
 
 def gpu_ms(fn, repeats=20):
+    """profile_prefill's median of CUDA-event timings, after one untimed call (compiles, autotunes)."""
     fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return profile_prefill.gpu_ms(fn, repeats)
 
 
 @torch.inference_mode()
