@@ -21,8 +21,10 @@ it: the attention inputs and output, and the hidden states, live in buffers
 allocated once (`AttentionInputs`, `attn_out`, `hidden`). The residual stream
 and RoPE's cos/sin cross cuts inside the graphs' memory pool: each is held
 while the pieces that read it are captured, so the pool does not hand its
-memory to them. Pieces share one pool across buckets and must replay in the
-order they were captured, which `forward` does.
+memory to them (the stream is one tensor, from the embedding on: each
+block's o_proj and down_proj add into it in place). Pieces share one pool
+across buckets and must replay in the order they were captured, which
+`forward` does.
 
 The price: padding rows (up to 2048 in a large step), the buffers for the
 largest bucket, and capture time at start-up (layers + 1 pieces per bucket).
@@ -129,39 +131,37 @@ class PrefillGraphs:
     def _pieces(self, bucket: int) -> list[Callable[[], None]]:
         """The step's pieces on `bucket` rows, as closures; `state` carries the stream and RoPE between them.
 
-        Each closure replaces state["residual"] with its own output: the
-        previous one stays referenced until the next piece has been captured
-        (it reads it), then its memory goes back to the pool.
+        state["stream"] is referenced from the first piece to the last (the
+        last clears it), so its memory stays out of the pool's hands while the
+        pieces between are captured.
         """
         model, layers, inputs = self.model, self.model.layers, self.inputs.rows(bucket)
         state: dict = {}
 
         def start(layer) -> Callable[[], None]:
             def piece():
-                x = model.embed_tokens(self.input_ids[:bucket])
+                state["stream"] = x = model.embed_tokens(self.input_ids[:bucket])
                 state["rope"] = model.rotary(self.positions[:bucket], x.dtype)
-                h, state["residual"] = layer.before_attention(x, None)
-                layer.self_attn.project(state["rope"], h, inputs)
+                layer.self_attn.project(state["rope"], layer.input_layernorm(x), inputs)
             return piece
 
         def between(done, layer) -> Callable[[], None]:
             def piece():
-                x, residual = done.after_attention(self._o_proj(done, bucket), state["residual"])
-                h, state["residual"] = layer.before_attention(x, residual)
-                layer.self_attn.project(state["rope"], h, inputs)
+                state["stream"] = x = self._finish_layer(done, bucket, state["stream"])
+                layer.self_attn.project(state["rope"], layer.input_layernorm(x), inputs)
             return piece
 
         def end(done) -> Callable[[], None]:
             def piece():
-                x, residual = done.after_attention(self._o_proj(done, bucket), state["residual"])
-                self.hidden[:bucket] = model.final_norm(x, residual)
+                self.hidden[:bucket] = model.norm(self._finish_layer(done, bucket, state["stream"]))
                 state.clear()
             return piece
 
         return [start(layers[0]), *(between(a, b) for a, b in zip(layers, layers[1:])), end(layers[-1])]
 
-    def _o_proj(self, layer, rows: int) -> torch.Tensor:
-        return layer.self_attn.o_proj(self.attn_out[:rows].flatten(1))
+    def _finish_layer(self, layer, rows: int, stream: torch.Tensor) -> torch.Tensor:
+        """The layer from its o_proj (reading the attention output buffer) to its end: the stream."""
+        return layer.mlp_block(layer.self_attn.o_proj(self.attn_out[:rows].flatten(1), stream))
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """Hidden states of the step's tokens, [num_tokens, hidden]: a view of a buffer the next step overwrites."""

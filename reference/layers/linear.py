@@ -75,9 +75,30 @@ class RowParallelLinear(nn.Linear):
         size = param.shape[1]
         param.data.copy_(full.narrow(1, self.tp_rank * size, size))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(F.linear(x, self.weight), self.tp_size)
-        return y if self.bias is None else y + self.bias
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """all_reduce(x_r W_r^T) + b, plus `residual` (the stream this block ends in) if given.
+
+        On a GPU at world size 1 the residual is added in the GEMM itself:
+        cuBLAS's epilogue adds C (beta = 1) as it writes the product, so the
+        sum costs no pass of its own, where `residual + y` reads both and
+        writes the sum (what that saves a prefill step: docs/performance.md,
+        session 11). It writes into `residual`'s own storage (`addmm_`;
+        out-of-place `addmm` would copy the residual first, the very pass it
+        saves), so the caller's stream is consumed. The price
+        is in the last bit: where the separate add rounds twice (the product
+        to bf16, then the sum), cuBLAS may round once, after adding in fp32.
+        Which it does depends on the kernel it picks for the shape (measured
+        at Qwen3-0.6B's shapes: docs/performance.md, session 11), so a bf16
+        stream can differ from transformers' by a rounding per add
+        (tests/test_fused_ops.py bounds it). On a CPU the sum stays the
+        textbook `residual + y`, bit for bit.
+        """
+        if residual is None:
+            y = all_reduce(F.linear(x, self.weight), self.tp_size)
+            return y if self.bias is None else y + self.bias
+        if x.is_cuda and self.tp_size == 1 and self.bias is None:
+            return residual.addmm_(x, self.weight.t())
+        return residual + self.forward(x)
 
 
 def _vocab_rows_loader(rank: int):

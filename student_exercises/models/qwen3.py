@@ -46,17 +46,6 @@ def silu_and_mul(gate_up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rms_norm(x + residual), x + residual): a block's residual add and the next norm.
-
-    The sum is rounded to x's dtype before it is normalized, as the unfused
-    `h = x + residual; rms_norm(h)` does, so eagerly the result is the same bits.
-    """
-    x = x + residual
-    return rms_norm(x, weight, eps), x
-
-
 def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, eps: float,
                  cos: torch.Tensor, sin: torch.Tensor,
                  out: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,17 +72,16 @@ class ElementwiseOps:
     kernel does it (reference/kernels/qk_norm_rope.py). The math is unchanged.
 
     The functions are cut so that each compiled one covers everything between
-    two GEMMs: a residual add with the norm after it (`add_rms_norm`), and the
-    q/k norms with RoPE (`qk_norm_rope`). In a decode step these kernels move a
-    few hundred KB each, so each costs about a launch, not its bytes: fewer,
-    larger fused functions mean fewer launches per layer. The price is a wider
-    interface: a layer hands its residual stream to the next one separately.
+    two GEMMs: the q/k norms with RoPE are one (`qk_norm_rope`). In a decode
+    step these kernels move a few hundred KB each, so each costs about a
+    launch, not its bytes: fewer, larger fused functions mean fewer launches
+    per layer. The residual adds are not here: they happen inside the GEMM
+    that ends each block (`RowParallelLinear`'s `residual`), so each norm reads
+    the stream once and writes only its output.
     """
 
-    def __init__(self, rms_norm=rms_norm, add_rms_norm=add_rms_norm, qk_norm_rope=qk_norm_rope,
-                 silu_and_mul=silu_and_mul):
-        self.rms_norm, self.add_rms_norm = rms_norm, add_rms_norm
-        self.qk_norm_rope, self.silu_and_mul = qk_norm_rope, silu_and_mul
+    def __init__(self, rms_norm=rms_norm, qk_norm_rope=qk_norm_rope, silu_and_mul=silu_and_mul):
+        self.rms_norm, self.qk_norm_rope, self.silu_and_mul = rms_norm, qk_norm_rope, silu_and_mul
 
     @staticmethod
     def fused() -> "ElementwiseOps":
@@ -105,8 +93,8 @@ class ElementwiseOps:
         global _FUSED_OPS
         if _FUSED_OPS is None:
             from student_exercises.kernels.qk_norm_rope import qk_norm_rope_triton   # q and k in one launch, not two
-            _FUSED_OPS = ElementwiseOps(compile_rows_dynamic(rms_norm), compile_rows_dynamic(add_rms_norm),
-                                        qk_norm_rope_triton, compile_rows_dynamic(silu_and_mul))
+            _FUSED_OPS = ElementwiseOps(compile_rows_dynamic(rms_norm), qk_norm_rope_triton,
+                                        compile_rows_dynamic(silu_and_mul))
         return _FUSED_OPS
 
 
@@ -141,11 +129,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.ops = EAGER_OPS
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        """rms_norm(x); given the residual stream, (rms_norm(x + residual), x + residual)."""
-        if residual is None:
-            return self.ops.rms_norm(x, self.weight, self.eps)
-        return self.ops.add_rms_norm(x, residual, self.weight, self.eps)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ops.rms_norm(x, self.weight, self.eps)
 
 
 def rope_theta(cfg: dict) -> float:
@@ -218,8 +203,10 @@ class Qwen3Attention(nn.Module):
         self.v_cache = torch.empty(0)
         self.backend = None
 
-    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        return self.o_proj(self.attend(*self.project(rope, x), meta).flatten(1))
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
+        """o_proj(attention(x)), added to `residual` if given (then consumed: see RowParallelLinear)."""
+        return self.o_proj(self.attend(*self.project(rope, x), meta).flatten(1), residual)
 
     def project(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor,
                 out: AttentionInputs | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -246,8 +233,9 @@ class Qwen3MLP(nn.Module):
         self.down_proj = RowParallelLinear(full, cfg["hidden_size"], what="intermediate_size")
         self.ops = EAGER_OPS
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """down(silu(gate(x)) * up(x)), added to `residual` if given (then consumed: see RowParallelLinear)."""
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)), residual)
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -258,26 +246,19 @@ class Qwen3DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
         self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
 
-    def forward(self, rope, x, residual, meta):
-        """x: the previous block's output, not yet added to `residual`, the stream (None in layer 0).
+    def forward(self, rope, x, meta):
+        """x + attn(norm(x)), then + mlp(norm(.)): the residual stream in, the stream out.
 
-        Returns (this block's MLP output, the stream before it): each add is
-        left to the norm that follows it, so add and norm are one fused kernel.
-        The sums are the same as x + attn(norm(x)), then + mlp(norm(.)).
+        Each add is done by the projection that ends its block (o_proj,
+        down_proj), which on a GPU folds it into the GEMM and overwrites the
+        stream it was given: `x` is consumed.
         """
-        h, residual = self.before_attention(x, residual)
-        return self.after_attention(self.self_attn(rope, h, meta), residual)
+        x = self.self_attn(rope, self.input_layernorm(x), meta, residual=x)
+        return self.mlp_block(x)
 
-    def before_attention(self, x, residual):
-        """(input_layernorm(x + residual), x + residual); in layer 0 (no stream yet) the stream is x."""
-        if residual is None:
-            return self.input_layernorm(x), x
-        return self.input_layernorm(x, residual)
-
-    def after_attention(self, attn_out, residual):
-        """The attention output (after o_proj) into the stream, then the MLP: (MLP output, the stream)."""
-        h, residual = self.post_attention_layernorm(attn_out, residual)
-        return self.mlp(h), residual
+    def mlp_block(self, x):
+        """x + mlp(norm(x)): the block's second half (prefill graphs call it after their own o_proj)."""
+        return self.mlp(self.post_attention_layernorm(x), residual=x)
 
 
 class Qwen3Model(nn.Module):
@@ -292,14 +273,9 @@ class Qwen3Model(nn.Module):
     def forward(self, input_ids, positions, meta):
         x = self.embed_tokens(input_ids)
         rope = self.rotary(positions, x.dtype)   # shared by every layer
-        residual = None
         for layer in self.layers:
-            x, residual = layer(rope, x, residual, meta)
-        return self.final_norm(x, residual)
-
-    def final_norm(self, x, residual):
-        """The last block's output added to the stream, normalized: the hidden states the LM head reads."""
-        return self.norm(x, residual)[0] if residual is not None else self.norm(x)
+            x = layer(rope, x, meta)
+        return self.norm(x)
 
 
 class Qwen3ForCausalLM(nn.Module):
