@@ -71,8 +71,18 @@ def _key(node: ast.stmt) -> tuple:
     return ("stmt", ast.dump(node))
 
 
-def _dump(node: ast.AST) -> str:
-    """The node's syntax tree without docstrings: rewording a docstring changes no behaviour."""
+def _same_code(mine: ast.AST, theirs: ast.AST) -> bool:
+    """Equal syntax trees, docstrings aside: rewording a docstring changes no behaviour.
+
+    Almost every statement a student leaves alone compares equal as it is, so
+    the docstring-free dumps (a deep copy each, most of the grader's time
+    reading a submission when done for every statement) are made only when
+    the plain dumps differ.
+    """
+    return ast.dump(mine) == ast.dump(theirs) or _dump_without_docstrings(mine) == _dump_without_docstrings(theirs)
+
+
+def _dump_without_docstrings(node: ast.AST) -> str:
     import copy
     node = copy.deepcopy(node)
     for inner in ast.walk(node):
@@ -187,7 +197,7 @@ def _compare_matched(path: str, mine: ast.stmt, theirs: ast.stmt, my_lines: list
                                      _short_diff(their_lines[theirs.lineno - 1], my_lines[mine.lineno - 1])))
         _compare_body(path, mine.body, theirs.body, my_lines, their_lines, mine.name, additions, edits)
         return
-    if _dump(mine) != _dump(theirs) and _key(mine) != ("docstring",):
+    if not _same_code(mine, theirs) and _key(mine) != ("docstring",):
         edits.append(OutsideEdit(path, mine.lineno, f"changed `{_label(mine, owner)}`",
                                  _short_diff(_source(their_lines, theirs), _source(my_lines, mine))))
 
@@ -200,6 +210,8 @@ def compare(student_text: str, pristine_text: str, path: str) -> tuple[list[Addi
     outside the regions.
     """
     mine_text, theirs_text = blank_regions(student_text, path), blank_regions(pristine_text, path)
+    if mine_text == theirs_text:
+        return [], []       # the usual file: nothing outside its regions changed, so nothing to parse
     mine, theirs = ast.parse(mine_text, filename=path), ast.parse(theirs_text, filename=path)
     additions: list[Addition] = []
     edits: list[OutsideEdit] = []

@@ -380,6 +380,47 @@ def test_an_extended_import_line_is_an_addition_not_a_removal(tmp_path, tree):
     assert [e.what for e in out.outside_edits if e.path.endswith(path)] == [f"removed `{original}`"]
 
 
+PRISTINE_MODULE = '''"""A module."""
+import math
+
+
+def area(r):
+    """Area of a circle."""
+    return math.pi * r * r
+
+
+class Box:
+    def size(self):
+        # >>> EXERCISE lab9.size: Return the size.
+        raise NotImplementedError("lab9.size")
+        # <<< EXERCISE lab9.size
+'''
+
+
+@pytest.mark.parametrize("change, what", [
+    (lambda t: t, []),                                                            # as given
+    (lambda t: t.replace('raise NotImplementedError("lab9.size")', "return 3"), []),   # a region filled
+    (lambda t: t.replace("Area of a circle.", "The disc's area, pi r^2."), []),           # a docstring reworded
+    (lambda t: t.replace("return math.pi * r * r", "return 3.14 * r * r"), ["changed `def area`"]),
+    (lambda t: t.replace("import math\n", "import math\nimport os\n"), []),            # an addition, not an edit
+], ids=["as-given", "region-filled", "docstring-reworded", "statement-changed", "import-added"])
+def test_outside_the_regions_only_code_changes_count(change, what):
+    """The comparison's rules (courseware/additions.py): region bodies, comments and docstrings never count;
+    a changed statement does; a new import is an addition."""
+    from courseware.additions import compare
+    additions, edits = compare(change(PRISTINE_MODULE), PRISTINE_MODULE, "m.py")
+    assert [e.what for e in edits] == what
+    assert [a.name for a in additions] == (["import os"] if "import os" in change(PRISTINE_MODULE) else [])
+
+
+def test_a_syntax_error_outside_the_regions_raises_with_its_line():
+    from courseware.additions import compare
+    broken = PRISTINE_MODULE.replace("def area(r):", "def area(r)")
+    with pytest.raises(SyntaxError) as err:
+        compare(broken, PRISTINE_MODULE, "m.py")
+    assert err.value.lineno == 5
+
+
 def test_a_module_the_student_added_is_named_as_not_run(tmp_path, tree):
     def edit(files):
         files["engine/my_helpers.py"] = "def ceil_div(a, b):\n    return -(-a // b)\n"
