@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -82,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    text = render({name: run_script(name) for name in scripts()})
+    names = scripts()
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:   # each script is its own process: run them side by side
+        text = render(dict(zip(names, pool.map(run_script, names))))
     if not args.check:
         OUTPUT.write_text(text, encoding="utf-8")
         print(f"wrote {OUTPUT.relative_to(ROOT)}")
