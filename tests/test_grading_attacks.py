@@ -26,7 +26,9 @@ from grading.grade_run import RunOptions, grade_run
 from courseware.exercises import load_reference
 
 LAB = "lab2"
-CAP_S = 8.0       # every item, throughput included: the reference's took ~5 s beside the attacks on a busy 2-core machine
+# Every item's deadline, throughput included: the two hanging attacks wait this long, and the reference
+# beside them must finish each item well inside it on a slow 2-core CI machine that another test worker shares.
+CAP_S = 20.0
 ALL_ITEMS = {"allocation", "append", "prefix_cache", "reuse", "engine_blocks", "engine_log", "scale", "throughput"}
 
 PASS_EVERYTHING_CONFTEST = '''import pytest
