@@ -88,6 +88,25 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm())
 
 
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 5e-4), (torch.bfloat16, 8e-3)])
+def test_rotary_table_gives_each_positions_cos_and_sin(dtype, tol):
+    """The table a forward looks positions up in, against cos/sin of position x frequency in fp64.
+
+    fp32 angles of late positions are off by up to ~2e-4 rad (the product's rounding, as transformers has
+    it too); bf16 adds its rounding once. Repeated and unordered positions look up the same rows.
+    """
+    head_dim, base = 16, 10_000.0
+    positions = torch.tensor([0, 1, 17, 4095, 17, 2])
+    cos, sin = qwen3.RotaryEmbedding(head_dim, base, 4096).to(dtype)(positions, dtype)
+    assert cos.shape == sin.shape == (6, head_dim) and cos.dtype == sin.dtype == dtype
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = positions.double()[:, None] * inv_freq[None, :]
+    for got, want in ((cos, angles.cos()), (sin, angles.sin())):
+        assert torch.equal(got[:, :head_dim // 2], got[:, head_dim // 2:]), "each frequency drives a pair of halves"
+        assert (got[:, :head_dim // 2].double() - want).abs().max() < tol
+    assert torch.equal(cos[2], cos[4]) and torch.equal(sin[2], sin[4])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("tokens", [1, 37, 256])
@@ -100,7 +119,7 @@ def test_gpu_compiled_ops_match_eager(dtype, tokens):
     assert rel_err(fused.rms_norm(x, w, 1e-6), EAGER_OPS.rms_norm(x, w, 1e-6)) < TOL[dtype]
     q, k, _ = rnd(tokens, 4096).split([2048, 1024, 1024], dim=-1)
     q, k = q.view(-1, 16, 128), k.view(-1, 8, 128)
-    rope = qwen3.RotaryEmbedding(128, 1e6)(torch.randint(0, 4096, (tokens,)).cuda(), dtype)
+    rope = qwen3.RotaryEmbedding(128, 1e6, 4096).cuda()(torch.randint(0, 4096, (tokens,)).cuda(), dtype)
     qw, kw = rnd(128).abs() + 0.5, rnd(128).abs() + 0.5
     got = fused.qk_norm_rope(q, k, qw, kw, 1e-6, *rope)
     want = EAGER_OPS.qk_norm_rope(q, k, qw, kw, 1e-6, *rope)

@@ -127,6 +127,56 @@ def test_triton_backend_plans_decode_rows_longest_first(interpreted_kernels):
     assert backend.plan(prefill) is prefill
 
 
+@pytest.mark.parametrize("rows, longest", [(1, 5), (31, 3), (33, 4000), (100, 2), (300, 2000)])
+def test_interpreted_longest_first_is_a_stable_descending_sort(interpreted_kernels, rows, longest):
+    """Counting each row's place gives torch's stable descending argsort (ties keep row order), whatever the
+    rows' count against the kernel's 32- and 64-row tiles; few distinct lengths make many ties."""
+    _, paged_decode = interpreted_kernels
+    lens = torch.randint(0, longest, (rows,), generator=torch.Generator().manual_seed(rows))
+    assert torch.equal(paged_decode.longest_first(lens), torch.argsort(lens, descending=True, stable=True))
+    assert paged_decode.longest_first(lens[:0]).shape == (0,)
+
+
+def greedy_argmax_cases(rows: int, vocab: int, dtype, device, seed: int) -> dict[str, torch.Tensor]:
+    """Logits for torch.argmax's rules: plain, many ties, +inf twice, NaN beside +inf, all -inf, -0.0 vs +0.0."""
+    gen = torch.Generator().manual_seed(seed)
+    plain = torch.randn(rows, vocab, generator=gen)
+    ties = (plain * 2).round().clamp(-3, 3)
+    infs = plain.clone()
+    infs[:, vocab // 2] = infs[:, -1] = float("inf")
+    nans = infs.clone()
+    nans[0, -1] = nans[-1, 0] = float("nan")
+    zeros = torch.full((rows, vocab), -1.0)
+    zeros[:, vocab // 3] = -0.0
+    zeros[:, -1] = 0.0
+    cases = dict(plain=plain, ties=ties, infs=infs, nans=nans, all_minus_inf=torch.full((rows, vocab), -float("inf")),
+                 signed_zeros=zeros)
+    return {name: x.to(dtype).to(device) for name, x in cases.items()}
+
+
+@pytest.mark.parametrize("rows, vocab", [(1, 1), (3, 7), (2, 4096), (3, 4097), (2, 10000)])
+def test_interpreted_greedy_argmax_is_torch_argmax(interpreted_kernels, rows, vocab):
+    """Across the kernel's 4096-logit pieces and their edges, in fp32 and fp16 (the interpreter mishandles
+    bf16); rows with a stride past the vocabulary (a padded logits buffer) too."""
+    from reference.kernels.greedy_argmax import greedy_argmax
+    for dtype in (torch.float32, torch.float16):
+        for name, x in greedy_argmax_cases(rows, vocab, dtype, "cpu", vocab).items():
+            assert torch.equal(greedy_argmax(x), x.argmax(-1)), f"{name}, {dtype}"
+    padded = torch.randn(rows, vocab + 5)[:, :vocab]
+    assert torch.equal(greedy_argmax(padded), padded.argmax(-1))
+
+
+def test_greedy_argmax_refuses_what_it_cannot_read():
+    pytest.importorskip("triton")
+    from reference.kernels.greedy_argmax import greedy_argmax
+    with pytest.raises(ValueError, match=r"\[rows, vocab\] float logits"):
+        greedy_argmax(torch.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match="float logits"):
+        greedy_argmax(torch.zeros(2, 3, dtype=torch.int64))
+    with pytest.raises(ValueError, match="contiguous rows"):
+        greedy_argmax(torch.zeros(3, 2).t())
+
+
 def test_triton_backend_plans_a_cached_prefix_slots_once(interpreted_kernels):
     """plan() finds every context token's cache slot once per prefill step (each layer used to), block by block."""
     from reference.layers.attention import TritonAttentionBackend
@@ -188,7 +238,7 @@ def test_interpreted_qk_norm_rope_matches_eager(interpreted_kernels, q_heads, kv
         q, k, _ = qkv.split([q_heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
         q, k = q.view(tokens, q_heads, head_dim), k.view(tokens, kv_heads, head_dim)
         q_weight, k_weight = torch.rand(head_dim, generator=gen) + 0.5, torch.rand(head_dim, generator=gen) + 0.5
-        cos, sin = RotaryEmbedding(head_dim, 1e6)(torch.randint(0, 4096, (tokens,), generator=gen), torch.float32)
+        cos, sin = RotaryEmbedding(head_dim, 1e6, 4096)(torch.randint(0, 4096, (tokens,), generator=gen), torch.float32)
         got = qk_norm_rope_triton(q, k, q_weight, k_weight, 1e-6, cos, sin)
         want = qk_norm_rope(q, k, q_weight, k_weight, 1e-6, cos, sin)
         for g, w in zip(got, want):
@@ -255,6 +305,25 @@ def test_gpu_split_decode_matches_oracle(dtype, splits):
         want = oracle_decode(q.float(), kc.float(), vc.float(), tables, lens, 128 ** -0.5)
         got = paged_decode_attention(q, kc, vc, tables, lens, 128 ** -0.5, splits=splits)
         assert rel_err(got, want) < REL_TOL[dtype], f"seed {seed}: {rel_err(got, want):.2e}"
+
+
+@pytest.mark.gpu
+def test_gpu_longest_first_is_a_stable_descending_sort():
+    from reference.kernels.paged_decode import longest_first
+    for rows in (1, 12, 104, 240, 256, 512):
+        lens = torch.randint(0, 2000 if rows % 2 else 3, (rows,), device="cuda")
+        assert torch.equal(longest_first(lens), torch.argsort(lens, descending=True, stable=True)), f"{rows} rows"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("rows", [1, 13, 256])
+def test_gpu_greedy_argmax_is_torch_argmax(dtype, rows):
+    """At Qwen3's vocabulary (151,936: 37 full pieces and a short one) and a small one."""
+    from reference.kernels.greedy_argmax import greedy_argmax
+    for vocab in (151936, 1000):
+        for name, x in greedy_argmax_cases(rows, vocab, dtype, "cuda", rows).items():
+            assert torch.equal(greedy_argmax(x), x.argmax(-1)), f"{name}, vocab {vocab}"
 
 
 @pytest.mark.gpu

@@ -164,13 +164,35 @@ def num_splits(batch: int, kv_heads: int) -> int:
     return 1
 
 
-def longest_first(context_lens: torch.Tensor) -> torch.Tensor:
-    """Row indices by context length, longest first: the `order` for `paged_decode_attention`.
+@triton.jit
+def _longest_first_kernel(lens_ptr, order_ptr, n, BLOCK_I: tl.constexpr, BLOCK_J: tl.constexpr):
+    """Row i goes to place rank(i): the number of rows longer than it, or as long with a smaller index."""
+    i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
+    len_i = tl.load(lens_ptr + i, mask=i < n, other=0)
+    rank = tl.zeros([BLOCK_I], tl.int32)
+    for start in range(0, n, BLOCK_J):
+        j = start + tl.arange(0, BLOCK_J)
+        len_j = tl.load(lens_ptr + j, mask=j < n, other=0)
+        ahead = (len_j[None, :] > len_i[:, None]) | ((len_j[None, :] == len_i[:, None]) & (j[None, :] < i[:, None]))
+        rank += tl.sum((ahead & (j[None, :] < n)).to(tl.int32), 1)
+    tl.store(order_ptr + rank, i.to(tl.int64), mask=i < n)
 
-    One sort per decode step, shared by every layer (the backend's `plan`),
-    because a sort per layer would cost about what the ordering saves.
+
+def longest_first(context_lens: torch.Tensor) -> torch.Tensor:
+    """Row indices by context length, longest first (ties in row order): the `order` for
+    `paged_decode_attention`.
+
+    One ordering per decode step, shared by every layer (the backend's `plan`),
+    because one per layer would cost about what the ordering saves. Counted,
+    not sorted: each row's place is the number of rows ahead of it, n^2
+    comparisons in one small launch, where torch.argsort runs a radix sort
+    built for millions of keys (docs/performance.md, session 14).
     """
-    return torch.argsort(context_lens, descending=True)
+    n = context_lens.shape[0]
+    order = torch.empty(n, dtype=torch.int64, device=context_lens.device)
+    if n:
+        _longest_first_kernel[(triton.cdiv(n, 32),)](context_lens, order, n, BLOCK_I=32, BLOCK_J=64)
+    return order
 
 
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -52,6 +52,18 @@ def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     return torch.where(valid, torch.argmax(probs / noise), -1)
 
 
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """Each row's argmax, in the logits' dtype (no fp32 copy of the whole batch).
+
+    On the GPU a Triton kernel (reference/kernels/greedy_argmax.py) that gives
+    torch.argmax's answer, faster at a decode batch's size (docs/performance.md).
+    """
+    if logits.is_cuda and logits.dim() == 2 and logits.stride(1) == 1:
+        from reference.kernels.greedy_argmax import greedy_argmax
+        return greedy_argmax(logits)
+    return logits.argmax(dim=-1)
+
+
 def sample_on_device(logits: torch.Tensor, params: list[SamplingParams],
                      generators: list[torch.Generator | None]) -> torch.Tensor:
     """One token per row, left on the logits' device (int64; -1 marks a row that cannot be sampled).
@@ -60,7 +72,7 @@ def sample_on_device(logits: torch.Tensor, params: list[SamplingParams],
     so a seeded request gets the same tokens whatever else shares its batch.
     Nothing here waits for the device.
     """
-    tokens = logits.argmax(dim=-1)   # in the model's dtype: no fp32 copy of the whole batch
+    tokens = greedy_tokens(logits)
     for i, (p, gen) in enumerate(zip(params, generators)):
         if not p.greedy:
             tokens[i] = sample_row(logits[i], p, gen)

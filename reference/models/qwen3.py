@@ -143,23 +143,29 @@ def rope_theta(cfg: dict) -> float:
 
 
 class RotaryEmbedding(nn.Module):
-    """cos/sin of each position's rotation angles, in fp32, computed once per forward for all layers.
+    """cos/sin of each position's rotation angles, computed once for every position the model takes.
 
-    `inv_freq` is deliberately not a buffer: `model.to(torch.bfloat16)` would
-    round it to 8 mantissa bits, and the angles of late positions (position x
-    frequency) would drift; that doubled the bf16 logit error before we fixed it.
+    A forward looks its positions up in one table, [max_positions, 2 * head_dim]
+    (cos, then sin), one gather for all layers: computing them per step took
+    seven small kernels of a decode step (docs/performance.md, session 14).
+    The table is built in fp32 and rounded to the model's dtype once, as each
+    step's computation was. `inv_freq` is deliberately fp32 and not a buffer:
+    `model.to(torch.bfloat16)` would round it to 8 mantissa bits, and the
+    angles of late positions (position x frequency) would drift; that doubled
+    the bf16 logit error before we fixed it.
     """
 
-    def __init__(self, head_dim: int, base: float):
+    def __init__(self, head_dim: int, base: float, max_positions: int):
         super().__init__()
+        self.head_dim = head_dim
         self.inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        freqs = torch.arange(max_positions).float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos_sin", torch.cat((emb.cos(), emb.sin()), dim=-1), persistent=False)
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.inv_freq.device != positions.device:
-            self.inv_freq = self.inv_freq.to(positions.device)
-        freqs = positions.float()[:, None] * self.inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        cos_sin = self.cos_sin[positions].to(dtype)   # no copy once the model is in its dtype
+        return cos_sin[:, :self.head_dim], cos_sin[:, self.head_dim:]
 
 
 @dataclass
@@ -267,7 +273,8 @@ class Qwen3Model(nn.Module):
         self.layers = nn.ModuleList(Qwen3DecoderLayer(cfg) for _ in range(cfg["num_hidden_layers"]))
         self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
         head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
-        self.rotary = RotaryEmbedding(head_dim, rope_theta(cfg))
+        # The engine's max_model_len never exceeds max_position_embeddings (Config checks it).
+        self.rotary = RotaryEmbedding(head_dim, rope_theta(cfg), int(cfg.get("max_position_embeddings", 4096)))
 
     def forward(self, input_ids, positions, meta):
         x = self.embed_tokens(input_ids)
