@@ -149,18 +149,18 @@ class RotaryEmbedding(nn.Module):
     A forward looks its positions up in one table, [max_positions, 2 * head_dim]
     (cos, then sin), one gather for all layers: computing them per step took
     seven small kernels of a decode step (docs/performance.md, session 14).
-    The table is built in fp32 and rounded to the model's dtype once, as each
-    step's computation was. `inv_freq` is deliberately fp32 and not a buffer:
-    `model.to(torch.bfloat16)` would round it to 8 mantissa bits, and the
-    angles of late positions (position x frequency) would drift; that doubled
-    the bf16 logit error before we fixed it.
+    The angles are computed in fp32 and only the table is rounded to the
+    model's dtype (with the model), as each step's computation was: a bf16
+    `inv_freq` (once a buffer that `model.to(torch.bfloat16)` rounded to 8
+    mantissa bits) bent the angles of late positions, position x frequency,
+    and doubled the bf16 logit error before we fixed it.
     """
 
     def __init__(self, head_dim: int, base: float, max_positions: int):
         super().__init__()
         self.head_dim = head_dim
-        self.inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        freqs = torch.arange(max_positions).float()[:, None] * self.inv_freq[None, :]
+        inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        freqs = torch.arange(max_positions).float()[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         self.register_buffer("cos_sin", torch.cat((emb.cos(), emb.sin()), dim=-1), persistent=False)
 
