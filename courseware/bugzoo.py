@@ -22,9 +22,9 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from courseware.exercises import ROOT, BodyChoice, ReferenceTree
-from courseware.labs import all_labs
-from courseware.regions import Region
+from labkit.tree import ROOT, BodyChoice, ReferenceTree
+from labkit.labs import all_labs
+from labkit.regions import Region
 
 
 

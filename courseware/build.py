@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from courseware.editions import EDITIONS, edition
-from courseware.labs import all_labs
+from labkit.labs import all_labs
 
 MISSING_PACKAGES_HINT = "inferlab build needs the notebook packages: pip install -e '.[notebooks]'"
 DEFAULT_TIMEOUT = 600
@@ -246,7 +246,7 @@ def build_handouts(root: Path, out_dir: Path, pdf: bool = False) -> list[Path]:
 def build_assignment(root: Path, out_dir: Path, term: str = DEFAULT_TERM) -> Path:
     """<out_dir>/assignment_<term>/<lab folder>/: each lab's student repository (`inferlab release`),
     or the lab folder's public parts for a lab without engine regions (a report-only lab)."""
-    from courseware.exercises import LABS
+    from labkit.tree import LABS
     from courseware.release import make_release
     target = out_dir / f"assignment_{term}"
     if target.exists():

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from courseware.exercises import LABS, PACKAGE, ReferenceTree, generate
+from labkit.tree import LABS, PACKAGE, ReferenceTree, generate
 
 STANDINS = "standins/"
 SWITCH = STANDINS + "labs.py"

@@ -31,7 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 class RegionTracer:
     def __init__(self, path: Path):
-        from courseware.exercises import ROOT, load_reference
+        from labkit.tree import ROOT, load_reference
         self.path = path
         self.lines: dict[str, dict[int, str]] = {}
         tree = load_reference(ROOT)

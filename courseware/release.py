@@ -19,26 +19,16 @@ import importlib.metadata
 import shutil
 from pathlib import Path
 
-from courseware.exercises import (
-    LABS,
-    PACKAGE,
-    ROOT,
-    TESTS_DIR,
-    ReferenceTree,
-    filled_labs,
-    generate,
-    load_reference,
-    write_package,
-)
+from labkit.tree import LABS, PACKAGE, ROOT, TESTS_DIR, ReferenceTree, filled_labs, generate, load_reference, write_package
 from courseware.editions import edition
-from courseware.labs import lab as lab_entry, lab_folder
+from labkit.labs import lab as lab_entry, lab_folder
 from courseware.selfcheck import PRISTINE
 from courseware.later_labs import engine_section, used_support, with_standins
 from courseware.release_tutorials import copy_tutorials
 
-# What a release needs from `courseware`: the tests build the tiny model, `inferlab check` scores.
-TOOL_MODULES = ("__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py", "public_grade.py",
-                "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py", "locate.py")
+# What a release needs from `courseware`: the tests build the tiny model, `inferlab check` scores. `labkit`
+# (reading and scoring a student's tree, as the grader does) ships whole.
+TOOL_MODULES = ("__init__.py", "tiny_model.py", "selfcheck.py", "terminal.py")
 # The torch every install starts from, pinned (docs/design.md §5; README and .ci/run say the same, checked by
 # tests/test_cli.py): an unpinned torch pulls GBs of CUDA wheels. The Gradescope bundle installs it too.
 TORCH_VERSION = "2.13.0"
@@ -106,7 +96,7 @@ dependencies = [
 inferlab = "courseware.selfcheck:main"
 
 [tool.setuptools.packages.find]
-include = ["{PACKAGE}*", "courseware*"]
+include = ["{PACKAGE}*", "labkit*", "courseware*"]
 
 [tool.pytest.ini_options]
 testpaths = ["{PACKAGE}/{TESTS_DIR}"]
@@ -222,6 +212,7 @@ def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
     tools.mkdir()
     for name in TOOL_MODULES:
         shutil.copy2(root / "courseware" / name, tools / name)
+    shutil.copytree(root / "labkit", out / "labkit", ignore=shutil.ignore_patterns("__pycache__"))
     handout = _copy_handout(root, lab, out)
     tutorials = copy_tutorials(root, out, lab) if (root / "tutorials").is_dir() else ([], {})
     (out / "docs").mkdir()

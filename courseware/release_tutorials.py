@@ -6,7 +6,7 @@ LLM`). A release has no `reference/`: its engine is `student_exercises/`
 release ships the student edition of each tutorial of its lab and the earlier
 labs, with the code cells' `reference` imports pointed at `student_exercises`
 by the rewrite that makes `student_exercises/` itself
-(`courseware.exercises.rewrite_imports`).
+(`labkit.tree.rewrite_imports`).
 
 We chose rewriting at release time over a shim module that tutorials import
 through: the course's notebooks keep the plain imports the lectures show, and
@@ -28,8 +28,8 @@ import json
 from pathlib import Path
 
 from courseware.editions import edition
-from courseware.exercises import rewrite_imports
-from courseware.labs import all_labs
+from labkit.tree import rewrite_imports
+from labkit.labs import all_labs
 
 # Tutorial number -> the lab whose lecture it belongs to (docs/labs.md, the lab map; lab5's are in no release).
 TUTORIAL_LAB = {"01": "lab1", "02": "lab1", "03": "lab3", "04": "lab2", "05": "lab2", "06": "lab4",

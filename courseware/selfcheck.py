@@ -2,13 +2,13 @@
 
 It runs in the course repository and in a student release (where it is the
 whole `inferlab` command). It reads the student's tree exactly as the grader
-does (`courseware.student_code`: the lab's region bodies by id, definitions
+does (`labkit.student_code`: the lab's region bodies by id, definitions
 added outside the regions carried, any other edit outside them listed and not
 run), splices that into a pristine copy of the release, and runs the lab's
-public suite there, in a child pytest process with `courseware.score_plugin`.
+public suite there, in a child pytest process with `labkit.score_plugin`.
 Scores come from the outcome file that plugin writes, never from the exit code
 or the console text, and are reported twice: per test, and per rubric item on
-the rubric's points (`courseware.public_grade`). A skipped test (a GPU test on
+the rubric's points (`labkit.scoring`). A skipped test (a GPU test on
 a machine without CUDA) earns nothing and is listed as not graded here, so a
 skip can never look like a pass.
 """
@@ -31,12 +31,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from courseware.terminal import make_console, print_error
-from courseware.additions import apply
-from courseware.exercises import PACKAGE, splice, write_package
-from courseware.labs import exercise_labs, lab as registry_lab
-from courseware.locate import region_locations
-from courseware.public_grade import ItemPart, public_parts
-from courseware.student_code import Extraction, read_student_code
+from labkit.additions import apply
+from labkit.tree import PACKAGE, splice, write_package
+from labkit.labs import exercise_labs, lab as registry_lab
+from labkit.locate import region_locations
+from labkit.rubric import load_rubric
+from labkit.scoring import ItemPart, public_parts
+from labkit.student_code import Extraction, read_student_code
 
 TESTS = Path("student_exercises") / "tests"
 PRISTINE = Path(".inferlab") / "pristine"      # in a release: its student_exercises/ exactly as shipped
@@ -73,7 +74,7 @@ def find_project(start: Path | None = None) -> Path:
 def pytest_command(tests_dir: Path, lab: str, results: Path, impl: str = "student",
                    extra: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", "pytest", str(tests_dir), "-m", lab, "--impl", impl, "-q",
-            "-p", "no:cacheprovider", "-p", "courseware.score_plugin", "--inferlab-results", str(results), *extra]
+            "-p", "no:cacheprovider", "-p", "labkit.score_plugin", "--inferlab-results", str(results), *extra]
 
 
 def run_suite(project: Path, lab: str, impl: str = "student", extra: Sequence[str] = (),
@@ -147,7 +148,7 @@ def _gist(message: str) -> str:
 def _failure_notes(run: SuiteRun, locate: Callable[[str], list[str]] | None = None) -> list[str]:
     """One note per distinct failure, naming every test that failed that way.
 
-    `locate` maps a report's frames to the student's own lines (`courseware.locate`): a failure raised inside a
+    `locate` maps a report's frames to the student's own lines (`labkit.locate`): a failure raised inside a
     region then says where, in the student's file, rather than in the temporary copy that ran.
     """
     groups: dict[str, list[str]] = {}
@@ -177,7 +178,7 @@ def given_package(project: Path, lab: str) -> dict[str, str]:
     if pristine.is_dir():
         return package_texts(pristine)
     if (project / "reference").is_dir():
-        from courseware.exercises import load_reference, public_suite
+        from labkit.tree import load_reference, public_suite
         from courseware.release import release_package
         return release_package(load_reference(project), lab) | public_suite(project)
     raise FileNotFoundError(f"no pristine copy of the release ({PRISTINE}/) under {project}: "
@@ -260,9 +261,9 @@ def check(lab: str, impl: str = "student", console: Console | None = None, proje
         console.print(escape("\n".join(errors) or run.output[-3000:]))
         return 1
     console.print(score_table(run, lab, package))
-    rubric = registry_lab(lab, project).rubric
-    if rubric.is_file():
-        console.print(rubric_table(public_parts(rubric, run.tests), lab))
+    rubric_file = registry_lab(lab, project).rubric
+    if rubric_file.is_file():
+        console.print(rubric_table(public_parts(load_rubric(lab, rubric_file), run.tests), lab))
     notes = _failure_notes(run, locate)
     if notes:
         console.print(f"\n[bold]What went wrong[/bold] (details: pytest {TESTS.as_posix()} -m {lab}):")

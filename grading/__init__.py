@@ -2,8 +2,8 @@
 
 The modules, in the order a grade is made:
 
-- `paths`: where each lab's parts are (from `courseware.labs`) and what graded code may not see;
-- `rubric`: what is graded, as data (assignments/labN_*/rubric.json);
+- `paths`: where each lab's parts are (from `labkit.labs`) and what graded code may not see;
+- (`labkit`: the rubric, reading a student's tree and the scoring rule, shared with the self-check);
 - `submission`: finding submissions and cutting the student's region bodies out of them;
 - `harness`: a temp copy of the instructor's engine with those bodies spliced in;
 - `spawn` (+ `zygote.py`): the graded processes, each in its own process group, killed at its deadline

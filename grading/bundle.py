@@ -11,7 +11,7 @@ submission. The bundle holds, at its root:
     requirements.txt   every other dependency, pinned to the version installed where the bundle was built
                        (the environment the golden outputs were checked in)
     bundle.json        the lab, the torch pin, whether to publish a leaderboard
-    course/            what the grader needs and nothing else: reference/, courseware/, grading/ and the
+    course/            what the grader needs and nothing else: reference/, labkit/, courseware/, grading/ and the
                        lab's folder with its rubric, hidden tests and golden outputs (GPU ones too, if built)
     release/           the pristine student package of the lab's release, to lay uploads over
 
@@ -30,12 +30,12 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from courseware.exercises import PACKAGE, TESTS_DIR
-from courseware.labs import ROOT, lab as find_lab
+from labkit.tree import PACKAGE, TESTS_DIR
+from labkit.labs import ROOT, lab as find_lab
 from courseware.release import TORCH_VERSION, dependencies, make_release
 from grading.golden import load_golden
 
-COURSE_PACKAGES = ("reference", "courseware", "grading")
+COURSE_PACKAGES = ("reference", "labkit", "courseware", "grading")
 LAB_PARTS = ("rubric.json", "hidden", "golden.json", "golden_gpu.json")
 EXTRA_REQUIREMENTS = ("pytest",)                    # the graded processes run pytest
 GRADER_IMPORTS = "torch, transformers, tokenizers, safetensors, xxhash, numpy, rich, pytest"

@@ -8,13 +8,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from courseware.terminal import make_console
-from courseware.labs import graded_labs
+from labkit.labs import graded_labs
 
 
 def _cmd_golden(args: argparse.Namespace) -> int:
     from grading.golden import cuda_available, gpu_items, load_golden, load_gpu_golden
     from grading.paths import golden_path
-    from grading.rubric import load_rubric
+    from labkit.rubric import load_rubric
     console = make_console()
     labs = [args.lab] if args.lab else graded_labs()
     status = 0

@@ -31,8 +31,8 @@ from grading.execute import Fence, Runner
 from grading.harness import build_harness, source_fingerprint
 from grading.judge import same
 from grading.paths import golden_gpu_path, golden_path
-from grading.rubric import Rubric, load_rubric
-from courseware.exercises import load_reference
+from labkit.rubric import Rubric, load_rubric
+from labkit.tree import load_reference
 
 FORMAT = 1
 

@@ -28,18 +28,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from courseware.terminal import make_console
-from courseware.labs import exercise_labs
+from labkit.labs import exercise_labs
 from courseware.release import make_release
 from grading import RESULT_FORMAT
 from grading.execute import Fence, Runner, clear
 from grading.golden import cuda_available, golden_sha256, grading_golden, model_dir
 from grading.harness import build_harness, digest, harness_package, write_harness
-from courseware.locate import in_student_terms
+from labkit.locate import in_student_terms
 from grading.items import ItemContext, grade_item
 from grading.results import ItemResult, device_description, package_versions, read_result, write_json_atomic
-from grading.rubric import Rubric, load_rubric
+from labkit.rubric import Rubric, load_rubric
 from grading.submission import Submission, extract, file_hashes, find_submissions, ignored_files, missing_students
-from courseware.exercises import ReferenceTree, load_reference
+from labkit.tree import ReferenceTree, load_reference
 
 WORK = ".work"
 # CPython 3.11's ast/compile can fail with "AST constructor recursion depth mismatch" when threads parse at

@@ -63,7 +63,7 @@ def grade(root: Path) -> dict[str, Any]:
 
     from grading.grade_run import RunOptions, grade_run
     from grading.report import gradescope_results, hidden_items
-    from grading.rubric import load_rubric
+    from labkit.rubric import load_rubric
     from grading.upload import place_upload
 
     source = root / "source"

@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from grading.paths import PAYLOAD, hidden_dir
-from courseware.additions import Addition, apply
-from courseware.exercises import PACKAGE, ReferenceTree, generate, write_package
+from labkit.additions import Addition, apply
+from labkit.tree import PACKAGE, ReferenceTree, generate, write_package
 from courseware.later_labs import MODULES as STANDIN_MODULES
-from courseware.regions import stub_body
+from labkit.regions import stub_body
 
 PYTEST_INI = """[pytest]
 # Written by the InferLab grader. The graded process reads only this file.

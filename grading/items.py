@@ -8,7 +8,7 @@ Order of precedence, so the same work always gets the same status:
    golden outputs (points in proportion to the hidden tests passed), throughput
    against the reference, reports by reading files.
 
-No item gates another (grading/rubric.py says why).
+No item gates another (labkit/rubric.py says why).
 
 Anything the graded process did that deserves a TA's attention becomes a flag
 on the item: sandbox refusals, a deadline kill, exiting before reporting,
@@ -25,7 +25,8 @@ from grading.harness import digest
 from grading.judge import judge_item
 from grading.report_check import check_report
 from grading.results import ItemResult
-from grading.rubric import Item, Rubric
+from labkit.rubric import Item, Rubric
+from labkit.scoring import share
 from grading.throughput_check import run_throughput
 
 OUTPUT_FLAG_BYTES = 1 << 20
@@ -110,23 +111,14 @@ def run_observed(item: Item, ctx: ItemContext) -> ItemResult:
         details += [f"    {line}" for line in failure.explanation]
     if len(verdict.failures) > 3:
         details.append(f"... and {len(verdict.failures) - 3} more failing test(s)")
-    earned = item.points if verdict.passed else partial_points(item.points, verdict.tests_passed,
-                                                                verdict.tests_expected, status)
+    # A process that never started ("error") ran no test: nothing to share out.
+    earned = item.points if verdict.passed else share(item.points, verdict.tests_passed,
+                                                       0 if status == "error" else verdict.tests_expected)
     return ItemResult(item.id, item.title, item.kind, item.points, earned, status,
                       message, details=details, flags=flags,
                       tests={"expected": verdict.tests_expected, "passed": verdict.tests_passed},
                       wall_s=round(run.child.wall_s, 3), output_tail=run.child.output.text()[-2000:],
                       measurements={"sandbox": {**(run.sandbox or {}), "process": process_summary(run.child)}})
-
-
-def partial_points(points: int, passed: int, expected: int, status: str) -> int:
-    """Points for an item that did not pass whole: its share of hidden tests passed, rounded down.
-
-    A process that never started ("error") earns nothing: no test ran.
-    """
-    if status == "error" or expected <= 0:
-        return 0
-    return points * passed // expected
 
 
 def grade_item(item: Item, ctx: ItemContext) -> ItemResult:

@@ -1,7 +1,7 @@
 """Where the grader's inputs live, and what a graded process may not see.
 
 Each lab's hidden tests, golden outputs and mutants live in its folder
-(`courseware.labs`); the files copied into every harness live in
+(`labkit.labs`); the files copied into every harness live in
 `grading/payload/`, under the module names they run as.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from courseware.labs import ROOT, lab
+from labkit.labs import ROOT, lab
 
 GRADING = Path(__file__).resolve().parent
 PAYLOAD = GRADING / "payload"
@@ -47,10 +47,6 @@ def private_modules() -> list[str]:
     names = {p.stem if p.suffix == ".py" else p.name for p in ROOT.iterdir()
              if not p.name.startswith(".") and (p.is_dir() or p.suffix == ".py")}
     return sorted(names - {HARNESS_PACKAGE})
-
-
-def rubric_path(lab_id: str) -> Path:
-    return lab(lab_id).rubric
 
 
 def golden_path(lab_id: str) -> Path:

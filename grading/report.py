@@ -180,7 +180,7 @@ def hidden_items(lab: str) -> set[str]:
     A student can already run the public tests behind the other items, so
     showing those verdicts at once gives nothing of the hidden tests away.
     """
-    from grading.rubric import load_rubric
+    from labkit.rubric import load_rubric
     return {item.id for item in load_rubric(lab).items if not item.public}
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from grading.report_content import CHECKS
 from grading.results import ItemResult
-from grading.rubric import Item
+from labkit.rubric import Item
 
 MAX_BYTES = 2 << 20
 WORD = re.compile(r"[A-Za-z0-9]+|[\u4e00-\u9fff]")      # an English word or one CJK character

@@ -24,7 +24,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from courseware.labs import ROOT
+from labkit.labs import ROOT
 from grading.report_markdown import Number, backs, code_blocks, numbers, sections, subsections, tables
 
 MAX_EVIDENCE_BYTES = 20 << 20

@@ -3,7 +3,7 @@
 Layout (nbgrader's): `SUBMITTED/<student_id>/<labN>/`, holding the student's
 `student_exercises/` and any report files. What runs is the bodies of the lab's
 exercise regions plus the definitions the student added outside them
-(`courseware.additions`: imports, helpers, constants, helper methods); any other
+(`labkit.additions`: imports, helpers, constants, helper methods); any other
 edit outside the regions is listed, never run. Everything is hashed, and a
 file that would run code on its own (a `conftest.py`, a `sitecustomize.py`, a
 `.pth`) is flagged only when the student added or changed it: the release's
@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from courseware.exercises import PACKAGE, ReferenceTree, generate
-from courseware.labs import exercise_labs
+from labkit.tree import PACKAGE, ReferenceTree, generate
+from labkit.labs import exercise_labs
 from courseware.release import release_package
-from courseware.student_code import Extraction, RegionStatus, read_student_code
+from labkit.student_code import Extraction, RegionStatus, read_student_code
 
 __all__ = ["Extraction", "RegionStatus", "Submission", "extract", "file_hashes", "find_submissions",
            "ignored_files", "missing_students"]

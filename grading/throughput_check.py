@@ -34,7 +34,7 @@ from pathlib import Path
 
 from grading.execute import Fence, Runner, child_env, clear, process_fence_spec, process_flags, process_summary
 from grading.results import ItemResult
-from grading.rubric import Item
+from labkit.rubric import Item
 
 SCRIPT = "_inferlab_throughput.py"
 # A failing median is confirmed over up to this many times the rubric's rounds.

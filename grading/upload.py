@@ -26,7 +26,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from courseware.exercises import PACKAGE, TESTS_DIR
+from labkit.tree import PACKAGE, TESTS_DIR
 
 MAX_UPLOAD_FILES = 5000
 

@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("log")
     trace.set_defaults(func=_cmd_trace)
 
-    from courseware.labs import exercise_labs
+    from labkit.labs import exercise_labs
     labs = exercise_labs()
     exercises = sub.add_parser("exercises", help="build, check or list student_exercises/ (cut from reference/)")
     exercises.add_argument("action", choices=["build", "check", "list"])

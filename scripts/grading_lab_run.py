@@ -23,7 +23,7 @@ from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/ and the course, from any folder
 from courseware.bugzoo import load_mutants  # noqa: E402
-from courseware.exercises import load_reference  # noqa: E402
+from labkit.tree import load_reference  # noqa: E402
 from grading.grade_run import RunOptions, grade_run  # noqa: E402
 from grading.report import summary_table  # noqa: E402
 from tests.grading_fixtures import solved, stubs, write_submission  # noqa: E402

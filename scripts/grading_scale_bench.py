@@ -27,8 +27,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/ and the course, from any folder
 from tests.grading_fixtures import solved, stubs, write_submission  # noqa: E402
 from courseware.bugzoo import load_mutants  # noqa: E402
-from courseware.exercises import load_reference  # noqa: E402
-from courseware.regions import stub_body  # noqa: E402
+from labkit.tree import load_reference  # noqa: E402
+from labkit.regions import stub_body  # noqa: E402
 
 LAB = "lab2"
 

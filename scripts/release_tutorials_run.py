@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 
 from courseware.build import execute_notebook
-from courseware.exercises import PACKAGE, load_reference, splice
+from labkit.tree import PACKAGE, load_reference, splice
 from courseware.release import make_release
 from courseware.tiny_model import ensure_tiny_model
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from courseware.exercises import PACKAGE, ReferenceTree, generate, write_package
-from courseware.regions import Region, stub_body
+from labkit.tree import PACKAGE, ReferenceTree, generate, write_package
+from labkit.regions import Region, stub_body
 
 
 def write_submission(root: Path, student: str, lab: str, tree: ReferenceTree,
@@ -39,7 +39,7 @@ def stubs(lab: str) -> Callable[[Region], str | None]:
 
 def with_bodies(bodies: Mapping[str, str], tree: ReferenceTree) -> Callable[[Region], str | None]:
     """Reference bodies except the given ones (dedented text, indented here to each region's level)."""
-    from courseware.regions import reindent
+    from labkit.regions import reindent
     return lambda region: reindent(bodies[region.region_id], region.indent) if region.region_id in bodies else None
 
 
@@ -47,7 +47,7 @@ def release_submission(root: Path, student: str, lab: str, tree: ReferenceTree,
                        edit: Callable[[str], str] | None = None, module: str = "") -> Path:
     """A submission as a student makes it: the lab's release, its regions holding the reference bodies,
     then `edit` applied to one module's text (e.g. adding an import and a helper outside the regions)."""
-    from courseware.exercises import splice
+    from labkit.tree import splice
     from courseware.release import make_release
     folder = root / student / lab
     make_release(lab, folder)

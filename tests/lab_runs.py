@@ -5,7 +5,7 @@ package: all stubbed, some labs filled, or one bug-zoo mutant) and its own
 pytest process, forked from the grader's fork server (`grading.spawn.ForkServer`,
 which has imported torch and transformers and nothing of the course), so
 nothing a run imports from the engine can leak into another. Outcomes are
-read from `courseware.score_plugin`'s JSON file, never from exit codes, and each
+read from `labkit.score_plugin`'s JSON file, never from exit codes, and each
 run also records which `student_exercises` it imported (`package_origin`), so
 a run can never silently test the wrong tree.
 """
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from courseware.labs import exercise_labs
+from labkit.labs import exercise_labs
 from courseware.selfcheck import TESTS, SuiteRun, pytest_command
 from grading.spawn import ForkServer
 

@@ -18,8 +18,8 @@ import pytest
 from courseware import pdf
 from courseware.build import build_assignment, build_tutorial, find_tutorials
 from courseware.editions import edition
-from courseware.exercises import LABS
-from courseware.labs import all_labs
+from labkit.tree import LABS
+from labkit.labs import all_labs
 from courseware.release_tutorials import TUTORIAL_LAB, tutorial_number, tutorials_for
 
 ROOT = Path(__file__).resolve().parents[1]

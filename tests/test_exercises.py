@@ -18,21 +18,10 @@ from rich.console import Console
 
 from courseware.bugzoo import MutantError, load_mutant, load_mutants
 from inferlab.cli import main
-from courseware.exercises import (
-    LABS,
-    PACKAGE,
-    ROOT,
-    command,
-    filled_labs,
-    generate,
-    load_reference,
-    rewrite_imports,
-    splice,
-    stale,
-    write_tree,
-)
-from courseware.labs import all_labs
-from courseware.regions import RegionError, parse_regions, render, stub_body
+from labkit.tree import LABS, PACKAGE, ROOT, filled_labs, generate, load_reference, rewrite_imports, splice, write_tree
+from courseware.exercises import command, stale
+from labkit.labs import all_labs
+from labkit.regions import RegionError, parse_regions, render, stub_body
 from courseware.release import make_release
 from courseware.selfcheck import SuiteRun, score, score_table
 
@@ -217,8 +206,8 @@ def test_release_holds_earlier_solutions_only_and_this_labs_tests(tmp_path):
     assert "pytest student_exercises/tests -m lab3" in readme and "inferlab check lab3" in readme
     assert 'inferlab = "courseware.selfcheck:main"' in (out / "pyproject.toml").read_text()
     assert sorted(p.name for p in (out / "courseware").iterdir()) == sorted(
-        ["__init__.py", "labs.py", "tiny_model.py", "selfcheck.py", "score_plugin.py", "public_grade.py",
-         "student_code.py", "additions.py", "regions.py", "exercises.py", "terminal.py", "locate.py"])
+        ["__init__.py", "tiny_model.py", "selfcheck.py", "terminal.py"])
+    assert sorted(p.name for p in (out / "labkit").glob("*.py")) == sorted(p.name for p in (ROOT / "labkit").glob("*.py"))
     handout = (out / "assignments" / "lab3_scheduler" / "README.md").read_text()
     linked = set(re.findall(r"`((?:assignments|docs|student_exercises)/[\w./-]+\.(?:md|json|py))`", handout))
     assert linked and not [path for path in linked if not (out / path).is_file()], \

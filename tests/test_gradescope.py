@@ -23,8 +23,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from courseware.exercises import PACKAGE, load_reference
-from courseware.labs import lab as find_lab
+from labkit.tree import PACKAGE, load_reference
+from labkit.labs import lab as find_lab
 from courseware.release import TORCH_VERSION
 from courseware.tiny_model import ensure_tiny_model
 from grading.bundle import build_bundle

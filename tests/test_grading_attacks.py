@@ -20,10 +20,10 @@ import pytest
 
 from grading.payload._inferlab_landlock import abi_version
 from tests.grading_fixtures import searchable_folder, solved, stubs, with_bodies, write_submission
-from courseware.labs import ROOT
+from labkit.labs import ROOT
 from grading.paths import golden_path
 from grading.grade_run import RunOptions, grade_run
-from courseware.exercises import load_reference
+from labkit.tree import load_reference
 
 LAB = "lab2"
 # Every item's deadline, throughput included: the two hanging attacks wait this long, and the reference

@@ -10,7 +10,7 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
-from courseware.labs import ROOT, all_labs
+from labkit.labs import ROOT, all_labs
 from grading.execute import Fence
 from grading.paths import HARNESS_PACKAGE, private_modules
 from grading.payload._inferlab_sandbox import Policy, read_allowed

@@ -19,9 +19,9 @@ from grading.execute import Fence, Runner, child_env, pytest_argv
 from grading.golden import build_golden, compare_golden, gpu_items, load_golden, load_gpu_golden, selections, write_golden
 from grading.harness import build_harness, source_fingerprint
 from grading.judge import judge_item
-from courseware.labs import all_labs, graded_labs
-from grading.rubric import load_rubric
-from courseware.exercises import load_reference
+from labkit.labs import all_labs, graded_labs
+from labkit.rubric import load_rubric
+from labkit.tree import load_reference
 from courseware.release import make_release
 from courseware.tiny_model import ensure_tiny_model
 

@@ -29,10 +29,10 @@ from tests.grading_fixtures import insert_in_region, release_submission, solved,
 from grading.paths import PAYLOAD, SCHEMAS, hidden_dir
 from grading.report import make_reports
 from grading.results import stable_view
-from grading.rubric import load_rubric
+from labkit.rubric import load_rubric
 from grading.grade_run import MISSING, RunOptions, grade_run
 from courseware.bugzoo import load_mutants
-from courseware.exercises import generate, load_reference, write_package
+from labkit.tree import generate, load_reference, write_package
 from courseware.tiny_model import ensure_tiny_model
 
 LAB = "lab2"
@@ -118,7 +118,7 @@ def oracle(work: Path, model: Path) -> dict[str, set[str]]:
 def expected_lost(differing: set[str]) -> set[str]:
     """Items a mutant must lose: those selecting a differing test, and a throughput item requiring one of them.
 
-    Nothing else: no item gates another (grading/rubric.py).
+    Nothing else: no item gates another (labkit/rubric.py).
     """
     lost: set[str] = set()
     for item in RUBRIC.items:

@@ -15,10 +15,10 @@ import json
 import pytest
 
 from tests.grading_fixtures import solved, stubs, write_submission
-from grading.rubric import load_rubric
+from labkit.rubric import load_rubric
 from grading.grade_run import RunOptions, grade_run
 from courseware.bugzoo import load_mutants
-from courseware.exercises import load_reference
+from labkit.tree import load_reference
 
 LABS = ("lab1", "lab3", "lab4")
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 
-from courseware.exercises import load_reference
+from labkit.tree import load_reference
 from grading.execute import Fence, Runner
 from grading.golden import model_dir
 from grading.harness import build_harness
-from grading.rubric import load_rubric
+from labkit.rubric import load_rubric
 from grading.submission import extract
 from grading.throughput_check import run_throughput
 from tests.grading_fixtures import searchable_folder, with_bodies, write_submission

@@ -14,15 +14,15 @@ import pytest
 
 from grading.execute import read_observations
 from grading.judge import explain_log, judge_item, judge_test, same
-from courseware.labs import all_labs
+from labkit.labs import all_labs
 from grading.paths import SCHEMAS
 from grading.report import csv_rows, feedback_markdown, gradescope_results, write_csv
-from grading.rubric import RubricError, load_rubric, parse_rubric
+from labkit.rubric import RubricError, load_rubric, parse_rubric
 from grading.spawn import KEEP_BYTES, Output
-from courseware.student_code import suspicious_uses
+from labkit.student_code import suspicious_uses
 from grading.submission import extract, ignored_files
-from courseware.exercises import PACKAGE, generate, load_reference, write_package
-from courseware.regions import stub_body
+from labkit.tree import PACKAGE, generate, load_reference, write_package
+from labkit.regions import stub_body
 
 RUBRICS = [lab.rubric for lab in all_labs() if lab.rubric.is_file()]
 
@@ -294,7 +294,7 @@ def test_csv_gradescope_and_feedback_from_results(tmp_path):
 
 def _public_test_ids(lab_id: str) -> set[str]:
     import ast as _ast
-    from courseware.labs import lab as registry_lab
+    from labkit.labs import lab as registry_lab
     ids = set()
     for path in registry_lab(lab_id).public_tests():
         for node in _ast.parse(path.read_text(encoding="utf-8")).body:
@@ -337,7 +337,7 @@ def test_an_error_location_is_given_in_the_students_own_file(tmp_path, tree):
     """The harness's line of a failing region body maps to the region and the line of the student's file."""
     from grading.harness import harness_package
     from grading.judge import _error_gist
-    from courseware.locate import in_student_terms
+    from labkit.locate import in_student_terms
     path = "engine/block_manager.py"
 
     def edit(files):
@@ -405,16 +405,16 @@ class Box:
     (lambda t: t.replace("import math\n", "import math\nimport os\n"), [], ["import os"]),
 ], ids=["as-given", "region-filled", "docstring-reworded", "statement-changed", "import-added"])
 def test_outside_the_regions_only_code_changes_count(change, edited, added):
-    """The comparison's rules (courseware/additions.py): region bodies and docstrings never count;
+    """The comparison's rules (labkit/additions.py): region bodies and docstrings never count;
     a changed statement does; a new import is an addition, not an edit."""
-    from courseware.additions import compare
+    from labkit.additions import compare
     additions, edits = compare(change(PRISTINE_MODULE), PRISTINE_MODULE, "m.py")
     assert [e.what for e in edits] == edited
     assert [a.name for a in additions] == added
 
 
 def test_a_syntax_error_outside_the_regions_raises_with_its_line():
-    from courseware.additions import compare
+    from labkit.additions import compare
     broken = PRISTINE_MODULE.replace("def area(r):", "def area(r)")
     with pytest.raises(SyntaxError) as err:
         compare(broken, PRISTINE_MODULE, "m.py")

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from courseware.exercises import load_reference
-from courseware.labs import ROOT
+from labkit.tree import load_reference
+from labkit.labs import ROOT
 from courseware.tiny_model import ensure_tiny_model
 from grading.execute import SANDBOX_UID, Fence, Runner, clear
 from grading.harness import build_harness

@@ -25,9 +25,9 @@ import nbformat
 import pytest
 
 from courseware.build import build_handouts, execute_notebook
-from courseware.exercises import PACKAGE, REFERENCE, ROOT, load_reference
-from courseware.labs import all_labs, exercise_labs
-from courseware.labs import lab_folder as registry_folder
+from labkit.tree import PACKAGE, REFERENCE, ROOT, load_reference
+from labkit.labs import all_labs, exercise_labs
+from labkit.labs import lab_folder as registry_folder
 
 LABS = tuple(lab.lab_id for lab in all_labs())
 CODE_LABS = tuple(exercise_labs())

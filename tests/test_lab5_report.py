@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from courseware.labs import lab_folder
+from labkit.labs import lab_folder
 from grading.grade_run import RunOptions, grade_run
 from grading.report_content import match_chain
-from grading.rubric import load_rubric
+from labkit.rubric import load_rubric
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 CHAIN = ["LLMEngine.step", "Scheduler.schedule", "ModelRunner.run", "Qwen3ForCausalLM.forward",
@@ -150,7 +150,7 @@ def test_chain_matching_respects_order_and_nesting():
 
 
 def test_a_content_check_without_its_inputs_is_refused():
-    from grading.rubric import RubricError, parse_rubric
+    from labkit.rubric import RubricError, parse_rubric
     base = {"id": "x", "title": "x", "points": 100, "kind": "report", "files": ["report.md"]}
     for extra, message in (({"check": "vibes"}, "check must be one of"),
                            ({"check": "tables", "evidence": ["results/*.csv"]}, "names the report sections"),

@@ -12,8 +12,8 @@ import pytest
 
 from grading.cli import graded_labs as grading_labs
 from inferlab.cli import build_parser
-from courseware.exercises import LABS, load_reference
-from courseware.labs import ROOT, exercise_labs, graded_labs, lab_folder
+from labkit.tree import LABS, load_reference
+from labkit.labs import ROOT, exercise_labs, graded_labs, lab_folder
 
 
 def _choices(parser, *path):

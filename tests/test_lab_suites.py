@@ -25,10 +25,11 @@ import pytest
 import torch
 
 from courseware.bugzoo import load_mutants
-from courseware.exercises import LABS, PACKAGE, filled_labs, generate, load_reference, public_suite, write_package, write_tree
+from labkit.tree import LABS, PACKAGE, filled_labs, generate, load_reference, public_suite, write_package, write_tree
 from courseware.later_labs import with_standins
-from courseware.public_grade import public_parts
-from courseware.labs import lab as registry_lab
+from labkit.rubric import load_rubric
+from labkit.scoring import public_parts
+from labkit.labs import lab as registry_lab
 from courseware.selfcheck import PRISTINE, spliced_copy
 from grading.harness import harness_package
 from grading.submission import extract
@@ -192,7 +193,7 @@ def test_self_check_and_grader_give_the_same_public_points(lab_runs, mutant_id):
     mutant = next(m for m in MUTANTS if m.mutant_id == mutant_id)
     if mutant.gpu and not torch.cuda.is_available():
         pytest.skip("a GPU-only mutant: only the gpu tests can catch it, and they need CUDA")
-    rubric = registry_lab(mutant.lab).rubric
+    rubric = load_rubric(mutant.lab)
     grader = {p.item_id: p.earned for p in public_parts(rubric, usable(lab_runs, f"mutant:{mutant_id}").tests)}
     check = {p.item_id: p.earned for p in public_parts(rubric, usable(lab_runs, f"selfcheck:{mutant_id}").tests)}
     assert grader and grader == check, f"public points on the grader's code {grader} but in the self-check {check}"

@@ -1,4 +1,4 @@
-"""One-way dependencies: reference <- courseware <- grading <- inferlab (the CLI), and nothing imports the CLI.
+"""One-way dependencies: reference <- labkit <- courseware <- grading <- inferlab (the CLI); nothing imports the CLI.
 
 Read statically (every import statement, including those inside functions), so
 a lazy import cannot hide a cycle. The project's own tests may drive the CLI
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from courseware.labs import ROOT
+from labkit.labs import ROOT
 
-LAYERS = ["reference", "courseware", "grading", "inferlab"]
+LAYERS = ["reference", "labkit", "courseware", "grading", "inferlab"]
 # Folders of code that students, instructors or TAs run; none of them may import the CLI package.
 OTHER_CODE = ["student_exercises", "slides_code", "tutorials", "scripts", "assignments"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from courseware.exercises import PACKAGE, load_reference, splice
+from labkit.tree import PACKAGE, load_reference, splice
 from courseware.release import make_release
 from courseware.tiny_model import ensure_tiny_model
 
@@ -57,7 +57,7 @@ def _run_installed_tests(release: Path, site: Path, cache: Path, elsewhere: Path
     results = elsewhere / "results.json"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", str(tests), "-m", "lab2", "-q", "-p", "no:cacheprovider",
-         "-p", "courseware.score_plugin", "--inferlab-results", str(results)],
+         "-p", "labkit.score_plugin", "--inferlab-results", str(results)],
         cwd=elsewhere, env=_env(site, cache), capture_output=True, text=True, timeout=300)
     assert results.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(results.read_text())

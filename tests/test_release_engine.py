@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from courseware.exercises import PACKAGE, filled_labs, generate, load_reference, splice, write_package
+from labkit.tree import PACKAGE, filled_labs, generate, load_reference, splice, write_package
 from courseware.later_labs import later_labs, solution_leaks
 from courseware.release import make_release
 from reference import LLM, SamplingParams

@@ -24,8 +24,8 @@ import nbformat
 import pytest
 
 from courseware.build import execute_notebook
-from courseware.exercises import LABS, PACKAGE, load_reference, splice
-from courseware.labs import ROOT, lab_folder
+from labkit.tree import LABS, PACKAGE, load_reference, splice
+from labkit.labs import ROOT, lab_folder
 from courseware.release import make_release
 from courseware.release_tutorials import leftover_references, tutorial_number
 

@@ -2,7 +2,7 @@
 
 The self-check runs the student's region bodies in a pristine copy of the
 release in a temporary folder, so pytest's traceback names a line of that copy;
-the failure notes must map it back (courseware/locate.py, the grader's mapping
+the failure notes must map it back (labkit/locate.py, the grader's mapping
 too) to the student's file, line and region.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 
 from rich.console import Console
 
-from courseware.exercises import PACKAGE, load_reference, splice
+from labkit.tree import PACKAGE, load_reference, splice
 from courseware.release import make_release
 from courseware.selfcheck import check
 

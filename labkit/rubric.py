@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grading.paths import rubric_path
+from labkit.labs import lab as registry_lab
 
 KINDS = ("pytest", "log", "blocks", "throughput", "report")
 OBSERVED_KINDS = ("pytest", "log", "blocks")
@@ -183,7 +183,7 @@ def parse_rubric(data: dict[str, Any], path: Path) -> Rubric:
 
 def load_rubric(lab: str, path: Path | None = None) -> Rubric:
     """The lab's rubric, validated (RubricError says what is wrong and where)."""
-    path = path or rubric_path(lab)
+    path = path or registry_lab(lab).rubric
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from courseware.additions import Addition, OutsideEdit, apply, compare
-from courseware.exercises import PACKAGE
-from courseware.regions import Region, RegionError, parse_regions, stub_body
+from labkit.additions import Addition, OutsideEdit, apply, compare
+from labkit.tree import PACKAGE
+from labkit.regions import Region, RegionError, parse_regions, stub_body
 
 # What in a region body or an added definition is worth a TA's look: calls a block manager, scheduler or
 # model runner has no use for, and which an attack on the grader needs. Flags never change a score (the
@@ -160,7 +160,7 @@ def read_student_code(submission_package: Path, given: Mapping[str, str], lab: s
     not compile in its file as broken. Those get the stub (so they fail,
     visibly), and the others keep working: one broken region never sinks the
     rest. Definitions added outside the regions are carried, other edits
-    outside them listed (`courseware.additions`).
+    outside them listed (`labkit.additions`).
     """
     out = Extraction()
     outside_regions(submission_package, dict(given), out)

@@ -26,7 +26,7 @@ import difflib
 from collections import defaultdict
 from dataclasses import dataclass
 
-from courseware.regions import parse_regions, render
+from labkit.regions import parse_regions, render
 
 _DEFINITIONS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
                 ast.AnnAssign)

@@ -18,8 +18,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from courseware.exercises import PACKAGE
-from courseware.regions import RegionError, parse_regions
+from labkit.tree import PACKAGE
+from labkit.regions import RegionError, parse_regions
 
 # An optional folder prefix (a harness or temporary copy), the package, the module's path inside it, the line.
 FRAME = re.compile(rf"((?:[^\s:\"'()\[\]]*/)?{PACKAGE}/((?:\w+/)*\w+\.py)):(\d+)")

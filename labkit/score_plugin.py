@@ -1,6 +1,6 @@
 """pytest plugin: write every selected test's outcome, points and markers to a JSON file.
 
-Loaded with `-p courseware.score_plugin --inferlab-results PATH`. The self-check
+Loaded with `-p labkit.score_plugin --inferlab-results PATH`. The self-check
 and the project's CI read this file instead of pytest's exit code or console
 text: a test that never reported (crash, collection error) is then visibly
 missing rather than silently absent, and a skip can never pass for a pass.
