@@ -30,6 +30,9 @@ QWEN3_0_6B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, n
                   rope_theta=1_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
 WORKLOADS = {"bench-256": dict(num_requests=256, low=100, high=1024),
              "quick": dict(num_requests=64, low=32, high=256)}
+# The bench's own engine settings, where it departs from Config's defaults: a prefill step of up to 16,384
+# tokens admits bench-256's prompts in a few large steps (the GPU's best shape for them; docs/performance.md).
+BENCH_ENGINE = dict(max_num_batched_tokens=16384)
 
 
 @dataclass
@@ -339,7 +342,7 @@ def run_bench(args, console: Console | None = None) -> dict:
                   f"output tokens; model {model_dir}; {device} {args.dtype}")
     config = dict(device=device, dtype=args.dtype, attention_backend=args.backend, enforce_eager=args.enforce_eager,
                   max_num_seqs=args.max_num_seqs, kvcache_block_size=args.block_size,
-                  max_num_batched_tokens=args.max_num_batched_tokens,
+                  max_num_batched_tokens=args.max_num_batched_tokens or BENCH_ENGINE["max_num_batched_tokens"],
                   tensor_parallel_size=tensor_parallel_size)
     modes = ["sync", "async"] if args.scheduling == "both" else [args.scheduling]
     result = {"workload": args.workload, "seed": args.seed, "model": model_dir,

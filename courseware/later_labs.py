@@ -1,12 +1,11 @@
 """What a lab N release does about the labs after N: their stand-ins run, their solutions stay out.
 
-A lab N release stubs the regions of every later lab. So that its engine
-still serves requests, `with_standins` takes the generated package and
-(1) names those later labs in `standins/labs.py`, which makes
-`reference/standins/choice.py` build the engine from stand-ins for them, and
-(2) leaves out the stand-ins of lab N and earlier labs: the release does not
-need them, and a lab 2 student has no use for a simplified block manager.
-The design and its price are in docs/labs.md ("Stand-ins in a release").
+A lab N release stubs the regions of every later lab; its engine still
+serves requests because its tools build the engine with stand-ins for the
+later labs' parts (courseware/standins/, handed in by courseware/engine.py),
+and it ships only those stand-ins: a lab 2 student has no use for a
+simplified block manager. The design and its price are in docs/labs.md
+("Stand-ins in a release").
 
 `used_support` keeps a later lab's steps out of the public test support
 files: a release gets only the `lab_*.py` modules its own tests import (lab
@@ -22,48 +21,23 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from labkit.tree import LABS, PACKAGE, ReferenceTree, generate
+from labkit.labs import later_labs
+from labkit.tree import PACKAGE, ReferenceTree, generate
 
-STANDINS = "standins/"
-SWITCH = STANDINS + "labs.py"
-MODULES = {"lab2": "standins/block_manager.py", "lab3": "standins/scheduler.py", "lab4": "standins/model_runner.py"}
-OFF = "STANDIN_LABS: frozenset[str] = frozenset()\n"
 # Body lines shorter than this (`return hits`, `freed = 0`) say nothing about a solution.
 DISTINCTIVE_CHARS = 24
 TEXT_SUFFIXES = (".py", ".md", ".txt", ".toml", ".json", ".cfg", ".ini")
 _INLINE_COMMENT = re.compile(r"\s+#.*$")
 
 
-def later_labs(lab: str, labs: Iterable[str] = LABS) -> list[str]:
-    labs = list(labs)
-    if lab not in labs:
-        raise ValueError(f"unknown lab {lab!r}; choose one of {', '.join(labs)}")
-    return labs[labs.index(lab) + 1:]
-
-
-def with_standins(files: dict[str, str], lab: str, labs: Iterable[str] = LABS) -> dict[str, str]:
-    """The generated package of a lab `lab` release, with the later labs' stand-ins switched on."""
-    later = later_labs(lab, labs)
-    missing = [other for other in later if other not in MODULES]
-    if missing:
-        raise ValueError(f"no stand-in for {', '.join(missing)}: a {lab} release would stop at its stubs "
-                         "(add one under reference/standins/ and to MODULES)")
-    unused = {path for other, path in MODULES.items() if other not in later}
-    out = {path: text for path, text in files.items() if path not in unused}
-    switch = out[SWITCH]
-    if OFF not in switch:
-        raise ValueError(f"{SWITCH} no longer holds the line {OFF.strip()!r} that a release rewrites")
-    if later:
-        out[SWITCH] = switch.replace(OFF, f"STANDIN_LABS: frozenset[str] = frozenset({later!r})\n")
-    return out
-
-
-def engine_section(lab: str, labs: Iterable[str] = LABS) -> str:
+def engine_section(lab: str) -> str:
     """The release README's section on running the engine (and, before lab 4, on its stand-ins)."""
-    later = later_labs(lab, labs)
+    later = later_labs(lab)
     standins = (f"\nThe engine's parts from {', '.join(later)} are stand-ins, not solutions: "
-                f"`{PACKAGE}/standins/` says what each one does and what it cannot show (the greedy tokens are "
-                "the course engine's; schedules differ only when memory is tight).\n") if later else ""
+                "`courseware/standins/` says what each one does and what it cannot show (the greedy tokens are "
+                "the course engine's; schedules differ only when memory is tight). `courseware.engine.LLM` "
+                f"builds your engine with them; `{PACKAGE}.LLM` alone would stop at the later labs' "
+                "stubs.\n") if later else ""
     return f"""## Run the engine
 
 Once your regions are written, the whole engine serves requests on the tiny model (CPU):
@@ -71,7 +45,7 @@ Once your regions are written, the whole engine serves requests on the tiny mode
 ```bash
 python -c "
 from courseware.tiny_model import ensure_tiny_model
-from {PACKAGE} import LLM, SamplingParams
+from courseware.engine import LLM, SamplingParams
 llm = LLM(str(ensure_tiny_model()), device='cpu', max_num_seqs=4)
 outs = llm.generate(['Hello', 'What is a KV cache?'], SamplingParams(temperature=0.0, max_tokens=16))
 print([o['token_ids'] for o in outs])
@@ -102,9 +76,7 @@ def _code(line: str) -> str:
 def distinctive_lines(tree: ReferenceTree, labs: Iterable[str]) -> dict[str, str]:
     """Code line (stripped, no comment) -> region id, for the labs' body lines found nowhere outside bodies."""
     wanted = set(labs)
-    # The stand-ins are what is checked, not part of the background: a line copied into one must show.
-    outside = {_code(line) for path, text in generate(tree).items() if not path.startswith(STANDINS)
-               for line in text.splitlines()}
+    outside = {_code(line) for text in generate(tree).values() for line in text.splitlines()}
     found: dict[str, str] = {}
     for region in tree.regions:
         if region.lab in wanted:

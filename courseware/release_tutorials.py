@@ -2,11 +2,12 @@
 
 The course's tutorials import the reference engine (`from reference import
 LLM`). A release has no `reference/`: its engine is `student_exercises/`
-(earlier labs' solutions, the student's regions, later labs' stand-ins). So a
-release ships the student edition of each tutorial of its lab and the earlier
-labs, with the code cells' `reference` imports pointed at `student_exercises`
-by the rewrite that makes `student_exercises/` itself
-(`labkit.tree.rewrite_imports`).
+(earlier labs' solutions, the student's regions) with stand-ins for the later
+labs' parts, which `courseware.engine` hands in. So a release ships the
+student edition of each tutorial of its lab and the earlier labs, with the
+code cells' `from reference import ...` pointed at `courseware.engine` and
+every other `reference.` import at `student_exercises`, by the rewrite that
+makes `student_exercises/` itself (`labkit.tree.rewrite_imports`).
 
 We chose rewriting at release time over a shim module that tutorials import
 through: the course's notebooks keep the plain imports the lectures show, and
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 from courseware.editions import edition
@@ -71,12 +73,21 @@ def _source(cell) -> str:
     return "".join(source) if isinstance(source, list) else source
 
 
+_ENGINE_IMPORT = re.compile(r"^(?P<lead>[ \t]*from[ \t]+)reference(?=[ \t]+import\b)", re.M)
+
+
 def release_notebook(path: Path) -> dict:
-    """The student edition of a tutorial, its code cells importing `student_exercises` instead of `reference`."""
+    """The student edition of a tutorial, running on the release's engine instead of `reference`.
+
+    `from reference import LLM, ...` becomes `from courseware.engine import ...`,
+    which builds the student's engine with the stand-ins of the labs after
+    the release's; every other `reference.` import points at `student_exercises`.
+    """
     nb = edition(json.loads(path.read_text(encoding="utf-8")), "student")
     for cell in nb["cells"]:
         if cell.get("cell_type") == "code":
-            cell["source"] = rewrite_imports(_source(cell))
+            source = _ENGINE_IMPORT.sub(lambda m: m["lead"] + "courseware.engine", _source(cell))
+            cell["source"] = rewrite_imports(source)
     return nb
 
 

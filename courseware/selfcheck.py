@@ -35,12 +35,12 @@ from labkit.additions import apply
 from labkit.tree import PACKAGE, splice, write_package
 from labkit.labs import exercise_labs, lab as registry_lab
 from labkit.locate import region_locations
+from labkit.manifest import PRISTINE
 from labkit.rubric import load_rubric
 from labkit.scoring import ItemPart, public_parts
 from labkit.student_code import Extraction, read_student_code
 
 TESTS = Path("student_exercises") / "tests"
-PRISTINE = Path(".inferlab") / "pristine"      # in a release: its student_exercises/ exactly as shipped
 MESSAGE_LINES = 8
 
 
@@ -179,7 +179,7 @@ def given_package(project: Path, lab: str) -> dict[str, str]:
         return package_texts(pristine)
     if (project / "reference").is_dir():
         from labkit.tree import load_reference, public_suite
-        from courseware.release import release_package
+        from courseware.release_code import release_package
         return release_package(load_reference(project), lab) | public_suite(project)
     raise FileNotFoundError(f"no pristine copy of the release ({PRISTINE}/) under {project}: "
                             "it ships with the release; download the release again")

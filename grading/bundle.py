@@ -30,9 +30,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from labkit.tree import PACKAGE, TESTS_DIR
 from labkit.labs import ROOT, lab as find_lab
-from courseware.release import TORCH_VERSION, dependencies, make_release
+from labkit.tree import load_reference, write_package
+from courseware.release_code import TORCH_VERSION, dependencies, release_package
 from grading.golden import load_golden
 
 COURSE_PACKAGES = ("reference", "labkit", "courseware", "grading")
@@ -84,10 +84,7 @@ def write_course(dest: Path, lab: str, root: Path = ROOT) -> None:
 
 def write_release(dest: Path, lab: str, root: Path = ROOT) -> None:
     """The lab's release package as handed out (stubs and all), less its public tests."""
-    with tempfile.TemporaryDirectory() as tmp:
-        release = make_release(lab, Path(tmp) / "release", root)
-        shutil.copytree(release / PACKAGE, dest, ignore=lambda d, names: _ignore(d, names) | (
-            {TESTS_DIR} if Path(d) == release / PACKAGE else set()))
+    write_package(release_package(load_reference(root), lab), dest)
 
 
 def script(name: str) -> str:

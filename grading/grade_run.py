@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from courseware.terminal import make_console
 from labkit.labs import exercise_labs
-from courseware.release import make_release
+from courseware.release_code import release_manifest
 from grading import RESULT_FORMAT
 from grading.execute import Fence, Runner, clear
 from grading.golden import cuda_available, golden_sha256, grading_golden, model_dir
@@ -82,16 +82,14 @@ class Shared:
     shipped: dict[str, str] | None = None     # the lab's release, path -> sha256: what the student was given
 
 
-def release_hashes(lab: str, workdir: Path) -> dict[str, str] | None:
-    """The files of the lab's student release and their hashes (None for a lab without a release)."""
-    if lab not in exercise_labs():
-        return None
-    folder = workdir / "release"
-    clear(folder)
-    make_release(lab, folder)
-    hashes, _ = file_hashes(folder)
-    clear(folder)
-    return hashes
+def release_hashes(lab: str, tree: ReferenceTree) -> dict[str, str] | None:
+    """path -> sha256 of the code files of the lab's release (None for a lab without a release).
+
+    The manifest the release itself records for those files, computed in
+    memory from the course (`courseware.release_code`): nothing is written,
+    and nothing a submission says about its release is trusted.
+    """
+    return release_manifest(lab, tree).files if lab in exercise_labs() else None
 
 
 @dataclass
@@ -227,7 +225,7 @@ def prepare(options: RunOptions) -> Shared:
     environment = {"device": device_description(cuda), "versions": package_versions(), "spawn": options.spawn}
     return Shared(options, rubric, golden, tree, fence, cuda, reference, environment,
                   hashlib.sha256(rubric.path.read_bytes()).hexdigest(), golden_sha256(options.lab), notes,
-                  release_hashes(options.lab, out / WORK))
+                  release_hashes(options.lab, tree))
 
 
 def grade_run(options: RunOptions, console: Console | None = None, show_progress: bool = True) -> RunSummary:

@@ -29,7 +29,6 @@ from pathlib import Path
 from grading.paths import PAYLOAD, hidden_dir
 from labkit.additions import Addition, apply
 from labkit.tree import PACKAGE, ReferenceTree, generate, write_package
-from courseware.later_labs import MODULES as STANDIN_MODULES
 from labkit.regions import stub_body
 
 PYTEST_INI = """[pytest]
@@ -136,13 +135,12 @@ def code_only(source: str) -> str:
 def source_fingerprint(lab: str, tree: ReferenceTree, extra: bytes = b"") -> str:
     """What the golden outputs of `lab` depend on: the engine, the hidden tests, the harness files.
 
-    The release-only stand-ins are left out: the graded engine never imports
-    them (`standins/labs.py` names no lab outside a release), so editing one
-    changes no output, and must not make a GPU golden file stale, which only a
-    GPU machine can rebuild.
+    The release-only stand-ins are not part of it: they live in courseware/,
+    not in the engine the harness copies, so editing one changes no output and
+    cannot make a GPU golden file stale (only a GPU machine can rebuild one).
     """
     h = hashlib.sha256()
-    for relpath in sorted(set(tree.texts) - set(STANDIN_MODULES.values())):
+    for relpath in sorted(tree.texts):
         h.update(relpath.encode() + b"\0" + code_only(tree.texts[relpath]).encode())
     for path in [*hidden_tests(lab), *payload_files()]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())

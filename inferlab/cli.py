@@ -93,14 +93,16 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from courseware.bench import BENCH_ENGINE
+    from reference.config import BACKENDS, DEVICES, DTYPES, config_default
     parser = argparse.ArgumentParser(prog="inferlab", description="InferLab: a teaching LLM inference engine.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run a batch of chat prompts through the reference engine")
-    demo.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    demo.add_argument("--device", choices=DEVICES, default=config_default("device"))
     demo.add_argument("--model", default=None, help="Hugging Face model folder (default: the built-in tiny model)")
     demo.add_argument("--log", default="inferlab_logs/demo.jsonl", help="where to write the lifecycle log")
-    demo.add_argument("--tensor-parallel-size", type=int, default=1,
+    demo.add_argument("--tensor-parallel-size", type=int, default=config_default("tensor_parallel_size"),
                       help="split the model over N processes (N GPUs on CUDA; gloo on the CPU)")
     demo.set_defaults(func=_cmd_demo)
 
@@ -148,13 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", default=None, help="the `model` clients send (default: folder name)")
     serve.add_argument("--max-waiting-requests", type=int, default=256,
                        help="past this many requests waiting, answer 503 with Retry-After")
-    serve.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    serve.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default="auto")
-    serve.add_argument("--max-num-seqs", type=int, default=256)
-    serve.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    serve.add_argument("--max-model-len", type=int, default=None)
-    serve.add_argument("--block-size", type=int, default=16)
-    serve.add_argument("--num-kvcache-blocks", type=int, default=None)
+    serve.add_argument("--device", choices=DEVICES, default=config_default("device"))
+    serve.add_argument("--dtype", choices=list(DTYPES), default=config_default("dtype"))
+    serve.add_argument("--max-num-seqs", type=int, default=config_default("max_num_seqs"))
+    serve.add_argument("--max-num-batched-tokens", type=int, default=config_default("max_num_batched_tokens"))
+    serve.add_argument("--max-model-len", type=int, default=config_default("max_model_len"))
+    serve.add_argument("--block-size", type=int, default=config_default("kvcache_block_size"))
+    serve.add_argument("--num-kvcache-blocks", type=int, default=config_default("num_kvcache_blocks"))
     serve.add_argument("--enable-chunked-prefill", action="store_true")
     serve.add_argument("--async-scheduling", action="store_true")
     serve.add_argument("--enforce-eager", action="store_true")
@@ -171,17 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--compare", choices=["hf", "none"], default="none")
     bench.add_argument("--hf-batch-size", type=int, default=256,
                        help="the largest transformers batch tried with --compare hf (halved on out-of-memory)")
-    bench.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    bench.add_argument("--device", choices=DEVICES, default=config_default("device"))
     bench.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    bench.add_argument("--backend", choices=["auto", "torch", "triton", "flash-attn"], default="auto")
+    bench.add_argument("--backend", choices=BACKENDS, default=config_default("attention_backend"))
     bench.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     bench.add_argument("--scheduling", choices=["async", "sync", "both"], default="async",
                        help="async: schedule step k+1 while step k computes; both: run sync, then async")
-    bench.add_argument("--max-num-seqs", type=int, default=256)
-    bench.add_argument("--max-num-batched-tokens", type=int, default=16384)
-    bench.add_argument("--block-size", type=int, default=16)
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--tensor-parallel-size", type=int, default=1,
+    bench.add_argument("--max-num-seqs", type=int, default=config_default("max_num_seqs"))
+    bench.add_argument("--max-num-batched-tokens", type=int, default=None,
+                       help=f"default {BENCH_ENGINE['max_num_batched_tokens']}, the bench's own setting "
+                            "(courseware/bench.py says why)")
+    bench.add_argument("--block-size", type=int, default=config_default("kvcache_block_size"))
+    bench.add_argument("--seed", type=int, default=config_default("seed"))
+    bench.add_argument("--tensor-parallel-size", type=int, default=config_default("tensor_parallel_size"),
                        help="split the model over N GPUs (needs --scheduling sync)")
     bench.add_argument("--out", default=None, help="write the results as JSON here")
     serve_load = bench.add_argument_group("bench serve (an online load against --url)")

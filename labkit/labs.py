@@ -132,6 +132,22 @@ def exercise_labs(root: Path = ROOT) -> list[str]:
     return [lab.lab_id for lab in all_labs(root) if lab.public_tests()]
 
 
+def earlier_labs(lab_id: str, root: Path = ROOT) -> list[str]:
+    """The exercise labs before `lab_id`: their regions come filled in a release of `lab_id`."""
+    labs = exercise_labs(root)
+    if lab_id not in labs:
+        raise ValueError(f"unknown lab {lab_id!r}; choose one of {', '.join(labs)}")
+    return labs[:labs.index(lab_id)]
+
+
+def later_labs(lab_id: str, root: Path = ROOT) -> list[str]:
+    """The exercise labs after `lab_id`: their regions are stubs in a release of `lab_id`, their parts stand-ins."""
+    labs = exercise_labs(root)
+    if lab_id not in labs:
+        raise ValueError(f"unknown lab {lab_id!r}; choose one of {', '.join(labs)}")
+    return labs[labs.index(lab_id) + 1:]
+
+
 def graded_labs(root: Path = ROOT) -> list[str]:
     """Labs with a rubric, in lab order."""
     return [lab.lab_id for lab in all_labs(root) if lab.rubric.is_file()]

@@ -13,8 +13,10 @@ from typing import Iterator, Sequence as Seq
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from reference.detokenizer import IncrementalDetokenizer
+from reference.distributed.tp_runner import TensorParallelRunner
 from reference.engine.collector import full_collections_deferred
 from reference.engine.llm_engine import LLMEngine, StepOutput
+from reference.engine.parts import EngineParts
 from reference.sampling_params import SamplingParams
 
 Prompt = str | list[int]
@@ -53,6 +55,18 @@ def _as_params_list(params, n: int) -> list[SamplingParams]:
     raise TypeError(f"sampling_params must be a SamplingParams or a list of them, got {type(params).__name__}")
 
 
+def default_parts(tensor_parallel_size: object = 1) -> EngineParts:
+    """The course's parts; with tensor parallelism, the runner that drives the worker processes.
+
+    `tensor_parallel_size` is read before Config validates it: anything but
+    an int above 1 keeps the one-process runner, and Config names a bad value.
+    """
+    tp = tensor_parallel_size
+    if isinstance(tp, int) and not isinstance(tp, bool) and tp > 1:
+        return EngineParts(model_runner=TensorParallelRunner)
+    return EngineParts()
+
+
 class LLM(LLMEngine):
     """The offline API: `generate` runs prompts to completion, `stream` yields text as it comes.
 
@@ -65,8 +79,8 @@ class LLM(LLMEngine):
     always collects its finished results, so `self.finished` does not grow.
     """
 
-    def __init__(self, model: str, **config_fields):
-        super().__init__(model, **config_fields)
+    def __init__(self, model: str, parts: EngineParts | None = None, **config_fields):
+        super().__init__(model, parts or default_parts(config_fields.get("tensor_parallel_size", 1)), **config_fields)
         self._inboxes: dict[int, deque[StepOutput]] = {}
         self._deferred_aborts: list[int] = []
 

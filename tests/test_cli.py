@@ -63,7 +63,7 @@ def test_ci_runs_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)\n```", readme, flags=re.S)
     setup, test_command = blocks[0], blocks[1]
-    from courseware.release import TORCH_VERSION
+    from courseware.release_code import TORCH_VERSION
     assert "inferlab demo" in setup and f"torch=={TORCH_VERSION}" in setup
     ci = (ROOT / ".ci" / "run").read_text()
     assert test_command.strip() in ci, f"README's test command {test_command!r} is not what .ci/run runs"
@@ -97,3 +97,27 @@ def test_bench_sync_and_async_on_the_cpu(tiny_model_dir, tmp_path):
         assert sum(b["tokens"] for b in bands if b["steps"] == "prefill") == prompt_tokens
         assert sum(b["tokens"] for b in bands if b["steps"] != "prefill") == output_tokens - len(requests)
         assert 0 < sum(b["seconds"] for b in bands) <= engine["elapsed_s"] + 1e-6
+
+
+def test_engine_flags_default_to_the_engines_own_settings():
+    """Every engine flag of `serve` and `bench` takes Config's default (one definition of each), except the
+    bench's own batched-token budget, which courseware/bench.py states with its reason."""
+    from dataclasses import fields
+
+    from courseware.bench import BENCH_ENGINE
+    from inferlab.cli import build_parser
+    from reference.config import Config
+
+    defaults = {f.name: f.default for f in fields(Config)}
+    flags = {"device": "device", "max_num_seqs": "max_num_seqs", "block_size": "kvcache_block_size",
+             "max_num_batched_tokens": "max_num_batched_tokens", "tensor_parallel_size": "tensor_parallel_size",
+             "max_model_len": "max_model_len", "num_kvcache_blocks": "num_kvcache_blocks", "dtype": "dtype",
+             "backend": "attention_backend", "seed": "seed"}
+    for command in (["serve"], ["bench"]):
+        args = vars(build_parser().parse_args(command))
+        for flag, setting in flags.items():
+            if flag not in args or (command == ["bench"] and flag == "dtype"):   # bench builds a bf16 model
+                continue
+            wanted = None if (command == ["bench"] and flag == "max_num_batched_tokens") else defaults[setting]
+            assert args[flag] == wanted, f"inferlab {command[0]} --{flag.replace('_', '-')}: {args[flag]!r}"
+    assert BENCH_ENGINE["max_num_batched_tokens"] != defaults["max_num_batched_tokens"]

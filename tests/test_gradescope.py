@@ -25,7 +25,7 @@ import pytest
 
 from labkit.tree import PACKAGE, load_reference
 from labkit.labs import lab as find_lab
-from courseware.release import TORCH_VERSION
+from courseware.release_code import TORCH_VERSION
 from courseware.tiny_model import ensure_tiny_model
 from grading.bundle import build_bundle
 from grading.gradescope import failure_results

@@ -25,12 +25,12 @@ import pytest
 import torch
 
 from courseware.bugzoo import load_mutants
-from labkit.tree import LABS, PACKAGE, filled_labs, generate, load_reference, public_suite, write_package, write_tree
-from courseware.later_labs import with_standins
+from labkit.tree import LABS, PACKAGE, filled_labs, load_reference, write_package, write_tree
+from courseware.release_code import write_release_code
 from labkit.rubric import load_rubric
 from labkit.scoring import public_parts
 from labkit.labs import lab as registry_lab
-from courseware.selfcheck import PRISTINE, spliced_copy
+from courseware.selfcheck import package_texts, spliced_copy
 from grading.harness import harness_package
 from grading.submission import extract
 from courseware.tiny_model import ensure_tiny_model
@@ -42,30 +42,33 @@ LAB2_BUDGET_S = 60.0
 
 
 def release_tree(dest: Path, tree, lab: str, filled) -> Path:
-    """A lab's release package (later labs run by their stand-ins) with `filled` labs' regions written."""
-    write_package(with_standins(generate(tree, filled_labs(filled)), lab) | public_suite(), dest / PACKAGE)
-    return dest
+    """A lab's release (its code: later labs run by their stand-ins) with `filled` labs' regions written."""
+    return write_release_code(lab, dest, tree, choose=filled_labs(filled))
 
 
 def student_tree(dest: Path, tree, mutant) -> Path:
     """The tree of a student who wrote the mutant: the lab's release with the mutant's region bodies in it."""
-    release = with_standins(generate(tree, mutant.choice(tree)), mutant.lab) | public_suite()
-    write_package(release, dest / PACKAGE)
-    pristine = with_standins(generate(tree, filled_labs(LABS[:LABS.index(mutant.lab)])), mutant.lab) | public_suite()
-    write_package(pristine, dest / PRISTINE / PACKAGE)
-    return dest
+    return write_release_code(mutant.lab, dest, tree, choose=mutant.choice(tree))
 
 
 def grader_view(dest: Path, tree, student: Path, lab: str) -> Path:
-    """The grader's reading of a student tree (extract + harness package), with the public suite beside it.
+    """The grader's reading of a student tree (extract + harness package), in the student's release.
 
     Later labs run on their stand-ins here, as in the release: the public part is what the student can see,
     so it is measured on the engine the student has. (The hidden engine items run on the reference's own
     later labs; docs/labs.md says what that means for a lab 2 student's engine test.)
     """
+    write_release_code(lab, dest, tree)
     code = extract(student / PACKAGE, tree, lab)
-    package = with_standins(harness_package(lab, tree, code.bodies, code.additions), lab)
-    write_package(package | public_suite(), dest / PACKAGE)
+    tests = {path: text for path, text in package_texts(dest / PACKAGE).items() if path.startswith("tests/")}
+    write_package(harness_package(lab, tree, code.bodies, code.additions) | tests, dest / PACKAGE)
+    return dest
+
+
+def self_check_view(dest: Path, tree, student: Path, lab: str) -> Path:
+    """What `inferlab check` runs: the release's tools, and the student's tree read into a pristine copy."""
+    write_release_code(lab, dest, tree)
+    spliced_copy(student, lab, dest)
     return dest
 
 
@@ -93,8 +96,7 @@ def lab_runs(tmp_path_factory):
         student = student_tree(work / "students" / mutant.lab / mutant.name, tree, mutant)
         jobs.append(Job(f"mutant:{mutant.mutant_id}", grader_view(work / "grader" / mutant.lab / mutant.name, tree,
                                                                   student, mutant.lab), mutant.lab))
-        check_view = work / "selfcheck" / mutant.lab / mutant.name
-        spliced_copy(student, mutant.lab, check_view)
+        check_view = self_check_view(work / "selfcheck" / mutant.lab / mutant.name, tree, student, mutant.lab)
         jobs.append(Job(f"selfcheck:{mutant.mutant_id}", check_view, mutant.lab))
     runs = run_all(jobs, cache, work)
     trace_data = json.loads(trace.read_text()) if trace.is_file() else {}

@@ -3,8 +3,9 @@
 Each release is built into a temporary folder twice: as shipped, and with its
 own lab's regions holding the reference bodies (what a correct student
 writes). One child process (torch and transformers imported once) imports
-each tree's `student_exercises` in turn and runs `LLM.generate` on the tiny
-model: the shipped tree must stop at the student's own lab (proof that the
+each tree's `courseware.engine` in turn and runs its `LLM.generate` on the tiny
+model (the student's package, with stand-ins for the later labs' parts, as
+the release's commands build it): the shipped tree must stop at the student's own lab (proof that the
 engine runs their regions, not a stand-in), the solved tree must give the
 course engine's tokens, computed here with `reference`. The same trees must
 hold no later lab's solution (`courseware.later_labs.solution_leaks`), a check
@@ -23,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from labkit.tree import PACKAGE, filled_labs, generate, load_reference, splice, write_package
-from courseware.later_labs import later_labs, solution_leaks
+from courseware.later_labs import solution_leaks
+from labkit.labs import later_labs
 from courseware.release import make_release
 from reference import LLM, SamplingParams
 from tests.helpers import random_prompts
@@ -33,14 +35,12 @@ CONFIG = dict(device="cpu", kvcache_block_size=4, num_kvcache_blocks=14, max_mod
               max_num_batched_tokens=96)
 # Lab 1's test doubles script a recompute preemption (to test its PREEMPTED/QUEUED events), and the lab 1
 # and 2 stand-in scheduler preempts by recompute as lab 1's handout defines it, so those releases show
-# three of lab3.preempt's four lines; no other later-lab region may show at all. The release ships its
-# files twice: as the student's, and in the pristine copy the self-check splices a tree into.
-PREEMPT_STEPS = ["student_exercises/standins/scheduler.py (3 of 4 lines)"]
-LAB1_FAKES = ["student_exercises/tests/lab_fakes.py (3 of 4 lines)"]
-KNOWN = {"lab1": {"lab3.preempt": sorted(f"{prefix}{path}" for path in PREEMPT_STEPS + LAB1_FAKES
-                                         for prefix in ("", ".inferlab/pristine/"))},
-         "lab2": {"lab3.preempt": sorted(f"{prefix}{path}" for path in PREEMPT_STEPS
-                                         for prefix in ("", ".inferlab/pristine/"))},
+# three of lab3.preempt's four lines; no other later-lab region may show at all. The release ships the
+# package's files twice: as the student's, and in the pristine copy the self-check splices a tree into.
+PREEMPT_STEPS = "courseware/standins/scheduler.py (3 of 4 lines)"
+LAB1_FAKES = [f"{prefix}student_exercises/tests/lab_fakes.py (3 of 4 lines)" for prefix in ("", ".inferlab/pristine/")]
+KNOWN = {"lab1": {"lab3.preempt": sorted([PREEMPT_STEPS, *LAB1_FAKES])},
+         "lab2": {"lab3.preempt": [PREEMPT_STEPS]},
          "lab3": {}}
 
 CHILD = textwrap.dedent("""
@@ -50,16 +50,17 @@ CHILD = textwrap.dedent("""
     spec = json.loads(sys.argv[1])
     results = {}
     for tree in spec["trees"]:
-        for name in [m for m in sys.modules if m == "student_exercises" or m.startswith("student_exercises.")]:
+        for name in [m for m in sys.modules if m.split(".")[0] in ("student_exercises", "courseware", "labkit")]:
             del sys.modules[name]
         sys.path.insert(0, tree)
         package = importlib.import_module("student_exercises")
-        engine = importlib.import_module("student_exercises.engine.llm_engine")
-        result = {"origin": package.__file__,
-                  "parts": [f"{c.__module__}.{c.__name__}" for c in (engine.BlockManager, engine.Scheduler,
-                                                                     engine.ModelRunner)]}
+        tools = importlib.import_module("courseware.engine")
+        parts = tools.engine_parts()
+        result = {"origin": package.__file__, "tools": tools.__file__,
+                  "parts": [f"{c.__module__}.{c.__name__}" for c in (parts.block_manager, parts.scheduler,
+                                                                     parts.model_runner)]}
         try:
-            llm = package.LLM(spec["model"], **spec["config"])
+            llm = tools.LLM(spec["model"], **spec["config"])
             params = [package.SamplingParams(**p) for p in spec["params"]]
             outputs = llm.generate(spec["prompts"], params, use_tqdm=False)
             result["tokens"] = [o["token_ids"] for o in outputs]
@@ -121,12 +122,13 @@ def test_release_engine_gives_the_course_tokens_once_the_lab_is_written(releases
     assert solved.get("not_implemented") is None, solved
     assert solved["errors"] == [None] * len(expected) and set(solved["reasons"]) == {"length"}, solved
     assert solved["tokens"] == expected
-    standins = {"lab2": "standins.block_manager.PlainBlockManager", "lab3": "standins.scheduler.YieldingScheduler",
-                "lab4": "standins.model_runner.DenseModelRunner"}
-    own = {"lab2": "engine.block_manager.BlockManager", "lab3": "engine.scheduler.Scheduler"}
+    assert Path(solved["tools"]).resolve() == (releases[lab]["solved"] / "courseware" / "engine.py").resolve()
+    standins = {"lab2": "courseware.standins.block_manager.PlainBlockManager",
+                "lab3": "courseware.standins.scheduler.YieldingScheduler",
+                "lab4": "courseware.standins.model_runner.DenseModelRunner"}
+    own = {"lab2": f"{PACKAGE}.engine.block_manager.BlockManager", "lab3": f"{PACKAGE}.engine.scheduler.Scheduler"}
     for part_lab, part in zip(("lab2", "lab3", "lab4"), solved["parts"]):
-        wanted = standins[part_lab] if part_lab in later_labs(lab) else own[part_lab]
-        assert part == f"{PACKAGE}.{wanted}"
+        assert part == (standins[part_lab] if part_lab in later_labs(lab) else own[part_lab])
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
-"""The release-only stand-ins (reference/standins/) give the course engine's tokens, in-process and fast.
+"""The release-only stand-ins (courseware/standins/) give the course engine's tokens, in-process and fast.
 
-Each stand-in is patched into `llm_engine` by name, the way lab 1's public
-tests patch their test doubles in, and the run is compared with the course
+Each stand-in is handed to the engine as one of its parts (`EngineParts`), the
+way a release hands them in, and the run is compared with the course
 engine's own on the same requests: greedy tokens, one seeded sampled request,
 a tight pool (the course scheduler preempts there), a shared prefix (the
 course block manager hits its cache), chunked prefill and async scheduling.
@@ -11,27 +11,25 @@ run in tests/test_release_engine.py.
 """
 from __future__ import annotations
 
-from contextlib import ExitStack
-from unittest import mock
-
 import pytest
 
-import reference.engine.llm_engine as llm_engine
+from courseware.engine import engine_parts, standin_labs
+from courseware.standins import standin_parts
+from courseware.standins.block_manager import PlainBlockManager
+from courseware.standins.model_runner import DenseModelRunner
+from courseware.standins.scheduler import YieldingScheduler
 from reference import LLM, SamplingParams
 from reference.config import Config
 from reference.engine.lifecycle import LifecycleLog
+from reference.engine.parts import EngineParts
 from reference.engine.sequence import Sequence, SequenceStatus
 from reference.metrics import check_lifecycle
-from reference.standins import choice
-from reference.standins.block_manager import PlainBlockManager
-from reference.standins.model_runner import DenseModelRunner, no_tensor_parallelism
-from reference.standins.scheduler import YieldingScheduler
 from tests.helpers import random_prompts
 
-STANDINS = {"BlockManager": PlainBlockManager, "Scheduler": YieldingScheduler, "ModelRunner": DenseModelRunner}
-RUNNER = ("ModelRunner",)
-RUNNER_SCHEDULER = ("ModelRunner", "Scheduler")
-ALL = ("ModelRunner", "Scheduler", "BlockManager")
+STANDINS = {"lab2": PlainBlockManager, "lab3": YieldingScheduler, "lab4": DenseModelRunner}
+RUNNER = ("lab4",)
+RUNNER_SCHEDULER = ("lab3", "lab4")
+ALL = ("lab2", "lab3", "lab4")
 BASE = dict(device="cpu", kvcache_block_size=4, max_model_len=96, max_num_seqs=4, max_num_batched_tokens=96)
 TIGHT = dict(BASE, num_kvcache_blocks=14)      # the course scheduler preempts in this pool
 AMPLE = dict(BASE, num_kvcache_blocks=200)     # every request fits at full length
@@ -46,14 +44,11 @@ def _requests(vocab: int) -> tuple[list[list[int]], list[SamplingParams]]:
     return prompts, params
 
 
-def _run(model_dir: str, parts: tuple[str, ...], **config) -> tuple[list[list[int]], LLM]:
-    with ExitStack() as stack:
-        for name in parts:
-            stack.enter_context(mock.patch.object(llm_engine, name, STANDINS[name]))
-        llm = LLM(model_dir, **config)
-    for name in parts:
-        part = {"ModelRunner": llm.model_runner, "Scheduler": llm.scheduler, "BlockManager": llm.block_manager}[name]
-        assert type(part) is STANDINS[name]
+def _run(model_dir: str, labs: tuple[str, ...], **config) -> tuple[list[list[int]], LLM]:
+    llm = LLM(model_dir, standin_parts(labs), **config)
+    for lab in labs:
+        part = {"lab4": llm.model_runner, "lab3": llm.scheduler, "lab2": llm.block_manager}[lab]
+        assert type(part) is STANDINS[lab]
     prompts, params = _requests(llm.config.hf_config["vocab_size"])
     outputs = llm.generate(prompts, params, use_tqdm=False)
     assert all(o["finish_reason"] == "length" for o in outputs), [o["finish_reason"] for o in outputs]
@@ -146,10 +141,14 @@ def test_standin_errors_name_the_problem(tiny_model_dir):
     with pytest.raises(ValueError, match="prefills whole prompts"):
         _run(tiny_model_dir, RUNNER_SCHEDULER, **dict(BASE, enable_chunked_prefill=True, max_num_batched_tokens=16))
     with pytest.raises(ValueError, match="needs lab 4's model runner"):
-        no_tensor_parallelism(mock.Mock(tensor_parallel_size=2))
+        _run(tiny_model_dir, RUNNER, **dict(BASE, tensor_parallel_size=2))
+    with pytest.raises(ValueError, match="no stand-in for lab9"):
+        standin_parts(["lab9"])
 
 
-def test_the_course_repository_runs_no_standin():
-    assert choice.STANDIN_LABS == frozenset()
-    assert (llm_engine.BlockManager.__module__, llm_engine.Scheduler.__module__, llm_engine.ModelRunner.__module__) == (
+def test_the_course_repository_runs_no_standin(tiny_model_dir):
+    """No manifest here: an engine built through courseware.engine gets the course's own parts."""
+    assert standin_labs() == [] and engine_parts() == EngineParts()
+    llm = LLM(tiny_model_dir, device="cpu", num_kvcache_blocks=8)
+    assert (type(llm.block_manager).__module__, type(llm.scheduler).__module__, type(llm.model_runner).__module__) == (
         "reference.engine.block_manager", "reference.engine.scheduler", "reference.engine.model_runner")

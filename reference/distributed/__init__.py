@@ -1,7 +1,8 @@
-"""Multi-process inference: tensor parallelism and prefill/decode disaggregation.
+"""Multi-process inference: tensor parallelism and prefill/decode disaggregation, built on the engine.
 
-`parallel_state` holds this process's rank in its tensor-parallel group,
-`tp_runner` starts and drives the worker processes of a TP engine, and
+`tp_runner` starts and drives the worker processes of a TP engine (each rank's
+place in its group is `reference.parallel_state`, which the layers read),
 `disaggregation` runs a prefill engine and a decode engine in two processes
-joined by a KV transfer (`kv_transfer`). See docs/distributed.md.
+joined by a KV transfer (`kv_transfer`), and `processes` starts and stops
+those processes. Nothing below this package imports it. See docs/distributed.md.
 """

@@ -100,8 +100,7 @@ def offer(engine, seq: Sequence, request_id: int, pipe, peer: int, staging: torc
     nbytes = send_blocks(engine.model_runner.kv_cache, seq.block_table[first:last], peer, staging)
     seconds = time.perf_counter() - start
     engine.log.emit("KV_SENT", seq.seq_id, blocks=last - first, bytes=nbytes, seconds=seconds)
-    engine.scheduler.finish(seq)     # P's blocks go back to its pool (their prefix stays cached)
-    del engine.sequences[seq.seq_id]
+    engine.hand_off(seq)     # P's blocks go back to its pool (their prefix stays cached)
     return True
 
 
@@ -116,10 +115,9 @@ def accept(engine, handoff: Handoff, pipe, peer: int, staging: torch.device) -> 
         # On the engine's device, as LLMEngine.enqueue makes it (a CUDA generator's state fits no CPU one).
         seq.generator = torch.Generator(device=engine.config.device).set_state(handoff.generator_state)
     seq.first_scheduled_time, seq.first_token_time = handoff.first_scheduled_time, handoff.first_token_time
-    if not engine.block_manager.can_allocate(seq):
+    if not engine.scheduler.reserve(seq):           # prefix-cache hits set num_cached_tokens
         pipe.send(("defer",))
         return None
-    engine.block_manager.allocate(seq)              # prefix-cache hits set num_cached_tokens
     computed = handoff.num_computed_tokens
     first = seq.num_cached_tokens // block_size
     last = max(first, -(-computed // block_size))
@@ -127,9 +125,7 @@ def accept(engine, handoff: Handoff, pipe, peer: int, staging: torch.device) -> 
     start = time.perf_counter()
     nbytes = receive_blocks(engine.model_runner.kv_cache, seq.block_table[first:last], peer, staging)
     seconds = time.perf_counter() - start
-    engine.block_manager.mark_computed(seq, max(0, computed - seq.num_cached_tokens))
-    engine.scheduler.add_running(seq)                # decode next: its prompt was prefilled on P
-    engine.sequences[seq.seq_id] = seq
+    engine.adopt(seq, computed)                      # decode next: its prompt was prefilled on P
     engine.log.emit("KV_RECEIVED", seq.seq_id, blocks=last - first, bytes=nbytes,
                     seconds=seconds, cached_blocks=first)
     return seq

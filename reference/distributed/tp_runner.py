@@ -27,7 +27,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from reference.config import Config
-from reference.distributed import parallel_state
+import reference.parallel_state as parallel_state
 from reference.distributed.processes import exit_with_parent, start_daemons, stop_processes
 from reference.engine.model_runner import EngineDeadError, ModelRunner
 from reference.engine.sequence import Sequence

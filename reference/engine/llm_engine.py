@@ -22,11 +22,10 @@ from transformers import AutoTokenizer, GenerationConfig
 
 from reference.config import Config
 from reference.engine.lifecycle import LifecycleLog
-from reference.engine.model_runner import EngineDeadError, InFlightStep
+from reference.engine.model_runner import EngineDeadError, InFlightStep, ModelRunner
+from reference.engine.parts import EngineParts
 from reference.engine.sequence import PENDING_TOKEN, Sequence
 from reference.sampling_params import SamplingParams
-# The course's own parts, or in a lab 1-3 student release stand-ins for the later labs' (reference/standins/).
-from reference.standins.choice import BlockManager, ModelRunner, Scheduler, TensorParallelRunner
 
 logger = logging.getLogger(__name__)
 
@@ -44,22 +43,48 @@ class StepOutput:
 
 
 class LLMEngine:
-    def __init__(self, model: str, **config_fields):
+    """One engine: a model runner, a scheduler that owns the block manager, and the loop around them.
+
+    `parts` says which classes to build them from (reference/engine/parts.py):
+    the course's own by default; a test or a student release hands in others.
+    """
+
+    def __init__(self, model: str, parts: EngineParts | None = None, **config_fields):
+        parts = parts or EngineParts()
         self.config = Config(model=model, **config_fields)
+        if self.config.tensor_parallel_size > 1 and parts.model_runner is ModelRunner:
+            raise ValueError(f"tensor_parallel_size={self.config.tensor_parallel_size} needs a runner that drives "
+                             "worker processes: build the engine with reference.LLM, which brings one, or pass "
+                             "parts=EngineParts(model_runner=TensorParallelRunner)")
         self.tokenizer = load_tokenizer(self.config.model)
         self.eos_token_ids = stop_token_ids_of(self.config.model, self.config.hf_config, self.tokenizer)
-        runner = ModelRunner if self.config.tensor_parallel_size == 1 else TensorParallelRunner
-        self.model_runner = runner(self.config)
+        self.model_runner = parts.model_runner(self.config)
         self.log = LifecycleLog(self.config.lifecycle_log)
-        self.block_manager = BlockManager(self.model_runner.num_kvcache_blocks, self.config.kvcache_block_size,
-                                          self.config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.config, self.block_manager, self.log)
+        block_manager = parts.block_manager(self.model_runner.num_kvcache_blocks, self.config.kvcache_block_size,
+                                            self.config.enable_prefix_caching)
+        self.scheduler = parts.scheduler(self.config, block_manager, self.log)
         self.sequences: dict[int, Sequence] = {}   # every sequence not yet finished
         self.finished: dict[int, Sequence] = {}    # finished, until the caller collects them
         self._in_flight: InFlightStep | None = None   # async scheduling: a decode step not yet read back
         self.in_step = False   # True while step() runs: a garbage-collected stream must not abort mid-step
         self._seq_ids = itertools.count()
         self._rng = torch.Generator().manual_seed(self.config.seed)
+
+    @property
+    def block_manager(self):
+        """The scheduler's block manager, for reading its counters (the STEP event, tutorials, tests).
+
+        The scheduler owns it: the engine changes blocks only through the scheduler.
+        """
+        return self.scheduler.block_manager
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
 
     @property
     def step_index(self) -> int:
@@ -110,7 +135,7 @@ class LLMEngine:
         stored_len = min(len(token_ids) + params.max_tokens, max_len) - 1
         block_size = self.config.kvcache_block_size
         blocks_needed = (stored_len + block_size - 1) // block_size
-        pool = len(self.block_manager.blocks)
+        pool = self.model_runner.num_kvcache_blocks   # the pool the block manager was built with
         if blocks_needed > pool:
             raise ValueError(
                 f"request needs {blocks_needed} KV blocks ({stored_len} tokens) but the whole KV pool has "
@@ -156,6 +181,16 @@ class LLMEngine:
         if seq is None:
             raise ValueError(f"no unfinished request with seq_id {seq_id}")
         self._finish(seq, "abort", self.log.now())
+
+    def hand_off(self, seq: Sequence) -> None:
+        """Drop a sequence another engine now serves (its K/V were sent): blocks back, no FINISHED here."""
+        self.scheduler.finish(seq)
+        del self.sequences[seq.seq_id]
+
+    def adopt(self, seq: Sequence, num_computed_tokens: int) -> None:
+        """Serve a sequence prefilled elsewhere, whose blocks `scheduler.reserve` took and whose K/V arrived."""
+        self.scheduler.add_running(seq, num_computed_tokens)
+        self.sequences[seq.seq_id] = seq
 
     def settle(self) -> None:
         """Read back a step still in flight whose sequences have all finished, so the engine is idle.
@@ -325,7 +360,7 @@ class LLMEngine:
         prefill_ok = getattr(self.model_runner, "prefills_in_flight", False)
         return ((bool(running) or (prefill_ok and bool(waiting)))
                 and (prefill_ok or not waiting)
-                and self.block_manager.num_free_blocks >= len(running)
+                and not self.scheduler.may_preempt()
                 and all((sampled_ok or seq.sampling_params.greedy) and (prefill_ok or not seq.in_prefill)
                         for seq in running))
 
@@ -346,7 +381,7 @@ class LLMEngine:
         for seq in in_flight.batch:
             if seq.is_finished:
                 continue  # it sampled a stop token (or was aborted) a step ago: this token is thrown away
-            self.block_manager.mark_computed(seq, seq.num_scheduled_tokens)
+            self.scheduler.mark_computed(seq)
             if seq.seq_id not in in_flight.row_of:
                 continue  # a prefill chunk short of the prompt's end: nothing sampled
             seq.append_token(PENDING_TOKEN)
@@ -372,7 +407,7 @@ class LLMEngine:
         now = self.log.now()
         outputs = []
         for seq, token in zip(seqs, token_ids):
-            self.block_manager.mark_computed(seq, seq.num_scheduled_tokens)
+            self.scheduler.mark_computed(seq)
             out = StepOutput(seq.seq_id)
             outputs.append(out)
             if token is None:

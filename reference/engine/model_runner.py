@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from reference.config import Config
-from reference.distributed.parallel_state import agree_on_min, layout_for, tp_rank
+from reference.parallel_state import agree_on_min, layout_for, tp_rank
 from reference.engine.prefill_graphs import PrefillGraphs, no_gc_while_capturing
 from reference.engine.sequence import Sequence
 from reference.layers.attention import AttentionMetadata, make_backend

@@ -45,18 +45,42 @@ class Scheduler:
         self.log.emit("QUEUED", seq.seq_id, reason="new")
         # <<< EXERCISE lab1.emit_queued
 
-    def add_running(self, seq: Sequence) -> None:
-        """Queue a sequence whose prompt K/V another engine computed straight into `running`.
+    def reserve(self, seq: Sequence) -> bool:
+        """Allocate blocks for a sequence prefilled by another engine; False (nothing taken) if they do not fit now.
 
-        Prefill/decode disaggregation: the decode engine has allocated its
-        blocks and received its K/V, so it skips the waiting queue (and the
-        QUEUED and SCHEDULED-prefill events: the prefill engine logged those).
+        Prefill/decode disaggregation: the decode engine takes the blocks
+        before the K/V arrive, so it can say which of them a prefix-cache hit
+        already holds (`seq.num_cached_tokens`) and need not be sent.
         """
+        if not self.block_manager.can_allocate(seq):
+            return False
+        self.block_manager.allocate(seq)
+        return True
+
+    def add_running(self, seq: Sequence, num_computed_tokens: int) -> None:
+        """Queue a `reserve`d sequence whose first `num_computed_tokens` K/V arrived, straight into `running`.
+
+        It skips the waiting queue (and the QUEUED and SCHEDULED-prefill
+        events: the prefill engine logged those) and decodes next.
+        """
+        self.block_manager.mark_computed(seq, max(0, num_computed_tokens - seq.num_cached_tokens))
         seq.status = SequenceStatus.RUNNING
         self.running.append(seq)
 
     def is_finished(self) -> bool:
         return not self.waiting and not self.running
+
+    def mark_computed(self, seq: Sequence) -> None:
+        """The K/V of seq's scheduled tokens are computed: the block manager counts (and may share) them."""
+        self.block_manager.mark_computed(seq, seq.num_scheduled_tokens)
+
+    def may_preempt(self) -> bool:
+        """Could the next decode step preempt? Not while every running sequence can have a free block.
+
+        Async scheduling asks before it books a step ahead: a preempted
+        sequence must not be holding a placeholder token.
+        """
+        return self.block_manager.num_free_blocks < len(self.running)
 
     def schedule(self) -> tuple[list[Sequence], bool]:
         """Pick the next batch. Returns (sequences, is_prefill).

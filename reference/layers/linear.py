@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference.distributed.parallel_state import all_gather_last_dim, all_reduce, tp_rank, tp_world_size
+from reference.parallel_state import all_gather_last_dim, all_reduce, tp_rank, tp_world_size
 
 
 def _split(size: int, what: str) -> int:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from reference.distributed.parallel_state import tp_world_size
+from reference.parallel_state import tp_world_size
 from reference.layers.attention import AttentionMetadata
 from reference.layers.linear import ColumnParallelLinear, ParallelLMHead, RowParallelLinear, VocabParallelEmbedding
 

@@ -68,7 +68,7 @@ class EngineLoop:
 
     def num_waiting(self) -> int:
         """Requests not yet admitted: the scheduler's waiting queue plus commands not yet applied."""
-        return len(self.engine.scheduler.waiting) + self._commands.qsize()
+        return self.engine.num_waiting + self._commands.qsize()
 
     def submit(self, token_ids: list[int], params: SamplingParams, arrival_time: float) -> RequestStream:
         """Queue an already checked request; its outputs arrive on the returned stream."""

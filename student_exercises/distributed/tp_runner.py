@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from student_exercises.config import Config
-from student_exercises.distributed import parallel_state
+import student_exercises.parallel_state as parallel_state
 from student_exercises.distributed.processes import exit_with_parent, start_daemons, stop_processes
 from student_exercises.engine.model_runner import EngineDeadError, ModelRunner
 from student_exercises.engine.sequence import Sequence

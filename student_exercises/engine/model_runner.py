@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from student_exercises.config import Config
-from student_exercises.distributed.parallel_state import agree_on_min, layout_for, tp_rank
+from student_exercises.parallel_state import agree_on_min, layout_for, tp_rank
 from student_exercises.engine.prefill_graphs import PrefillGraphs, no_gc_while_capturing
 from student_exercises.engine.sequence import Sequence
 from student_exercises.layers.attention import AttentionMetadata, make_backend

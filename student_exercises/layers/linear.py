@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from student_exercises.distributed.parallel_state import all_gather_last_dim, all_reduce, tp_rank, tp_world_size
+from student_exercises.parallel_state import all_gather_last_dim, all_reduce, tp_rank, tp_world_size
 
 
 def _split(size: int, what: str) -> int:

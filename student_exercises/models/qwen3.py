@@ -18,7 +18,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from student_exercises.distributed.parallel_state import tp_world_size
+from student_exercises.parallel_state import tp_world_size
 from student_exercises.layers.attention import AttentionMetadata
 from student_exercises.layers.linear import ColumnParallelLinear, ParallelLMHead, RowParallelLinear, VocabParallelEmbedding
 

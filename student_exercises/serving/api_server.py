@@ -25,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from student_exercises.detokenizer import IncrementalDetokenizer
 from student_exercises.engine.llm_engine import LLMEngine, StepOutput
+from student_exercises.llm import default_parts
 from student_exercises.serving.engine_loop import EngineLoop, QueueFull, RequestStream
 from student_exercises.serving.prometheus import EngineMetrics
 from student_exercises.serving.protocol import ChatCompletionRequest, CompletionRequest, RequestError, parse
@@ -37,7 +38,7 @@ def build_app(engine: LLMEngine, model_name: str, max_waiting: int = 256, retry_
     """The FastAPI app serving `engine` under `model_name`; the engine thread starts with the app."""
     loop = EngineLoop(engine, max_waiting)
     blocks = engine.block_manager
-    metrics = EngineMetrics(model_name, running=lambda: len(engine.scheduler.running), waiting=loop.num_waiting,
+    metrics = EngineMetrics(model_name, running=lambda: engine.num_running, waiting=loop.num_waiting,
                             kv_usage=lambda: blocks.num_used_blocks / len(blocks.blocks))
     engine.log.keep_last(EVENTS_KEPT_IN_MEMORY)
     engine.log.subscribe(metrics.on_event)
@@ -195,7 +196,7 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8000, model_name:
     """Load the model, then serve it until SIGINT/SIGTERM (uvicorn's graceful shutdown stops the engine)."""
     import uvicorn
 
-    engine = LLMEngine(model_dir, **engine_config)
+    engine = LLMEngine(model_dir, default_parts(engine_config.get("tensor_parallel_size", 1)), **engine_config)
     name = model_name or model_dir.rstrip("/").rsplit("/", 1)[-1]
     app = build_app(engine, name, max_waiting=max_waiting)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)

@@ -83,6 +83,23 @@ def impl(pytestconfig: pytest.Config) -> Impl:
 
 
 @pytest.fixture(scope="session")
+def engine_parts(impl: Impl):
+    """A function giving the parts an engine of the package under test is built from (`LLM(..., parts=...)`).
+
+    None means the package's own parts. In a student release the labs after
+    the release's are stubs there, so their parts are stand-ins
+    (`courseware.engine`, courseware/standins/). A function, not the parts:
+    building stand-ins imports the package under test, which only a test may do.
+    """
+    def parts():
+        if impl.package == PACKAGES["reference"]:
+            return None
+        from courseware.engine import engine_parts as tree_parts, standin_labs
+        return tree_parts() if standin_labs() else None
+    return parts
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir() -> str:
     """The built-in tiny Qwen3 (random weights, offline), built once and cached (INFERLAB_CACHE)."""
     from courseware.tiny_model import ensure_tiny_model

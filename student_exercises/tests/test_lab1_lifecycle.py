@@ -16,8 +16,6 @@ docs/architecture.md; the fakes make every block id predictable.
 """
 from __future__ import annotations
 
-from contextlib import ExitStack
-
 import pytest
 
 from lab_diagnostics import assert_same_events
@@ -78,16 +76,15 @@ def run_script(impl, model_dir: str):
     really executes the regions it checks.
     """
     params = impl.module("sampling_params").SamplingParams
-    with ExitStack() as stack:
-        engine = fake_engine(impl, model_dir, SCRIPT, stack)
-        engine.add_request([11, 12, 13, 14], params(temperature=0.0, max_tokens=3, ignore_eos=True))
-        engine.add_request([21, 22, 23], params(temperature=0.0, max_tokens=2, ignore_eos=True))
+    engine = fake_engine(impl, model_dir, SCRIPT)
+    engine.add_request([11, 12, 13, 14], params(temperature=0.0, max_tokens=3, ignore_eos=True))
+    engine.add_request([21, 22, 23], params(temperature=0.0, max_tokens=2, ignore_eos=True))
+    engine.step()
+    engine.add_request([31, 32], params(temperature=0.0, max_tokens=5, ignore_eos=True, stop_token_ids=[42]))
+    while not engine.is_finished():
+        if engine.step_index > max(SCRIPT):
+            pytest.fail("the scripted run did not finish after step 2 (a request never stopped)", pytrace=False)
         engine.step()
-        engine.add_request([31, 32], params(temperature=0.0, max_tokens=5, ignore_eos=True, stop_token_ids=[42]))
-        while not engine.is_finished():
-            if engine.step_index > max(SCRIPT):
-                pytest.fail("the scripted run did not finish after step 2 (a request never stopped)", pytrace=False)
-            engine.step()
     return engine.log.events, dict(engine.finished)
 
 
@@ -202,12 +199,11 @@ UNEVEN_SCRIPT = {
 @pytest.mark.covers("lab1.emit_step")
 def test_step_batch_size_counts_the_scheduled_sequences_not_the_running_ones(impl, tiny_model_dir):
     params = impl.module("sampling_params").SamplingParams
-    with ExitStack() as stack:
-        engine = fake_engine(impl, tiny_model_dir, UNEVEN_SCRIPT, stack)
-        engine.add_request([11, 12, 13, 14], params(temperature=0.0, max_tokens=2, ignore_eos=True))
-        engine.add_request([21, 22, 23], params(temperature=0.0, max_tokens=2, ignore_eos=True))
-        for _ in UNEVEN_SCRIPT:
-            engine.step()
+    engine = fake_engine(impl, tiny_model_dir, UNEVEN_SCRIPT)
+    engine.add_request([11, 12, 13, 14], params(temperature=0.0, max_tokens=2, ignore_eos=True))
+    engine.add_request([21, 22, 23], params(temperature=0.0, max_tokens=2, ignore_eos=True))
+    for _ in UNEVEN_SCRIPT:
+        engine.step()
     steps = only(engine.log.events, "STEP")
     # batch_size: the script's actions in that step; num_running: A alone, then A and B, then both.
     expected = [(step, len(actions), running) for (step, actions), running in zip(UNEVEN_SCRIPT.items(), (1, 2, 2))]

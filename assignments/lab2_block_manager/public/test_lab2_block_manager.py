@@ -644,14 +644,14 @@ def _check_holders(llm, step: int) -> None:
 @pytest.mark.points(4)
 @pytest.mark.covers("lab2.prefix_hits", "lab2.can_allocate", "lab2.allocate", "lab2.take_free_block",
                     "lab2.deallocate", "lab2.can_append", "lab2.may_append", "lab2.mark_computed")
-def test_engine_run_with_shared_prefixes_and_preemption(impl, tiny_model_dir):
+def test_engine_run_with_shared_prefixes_and_preemption(impl, tiny_model_dir, engine_parts):
     """Your block manager inside the real engine: six requests sharing a prefix, in a pool small enough to
     preempt. After every step the blocks are accounted for; at the end the lifecycle log is legal, every
     block is back in the free list, and each request's tokens are transformers' own greedy tokens.
     """
     from lab_oracle import hf_greedy
     llm_module, params = impl.module("llm"), impl.module("sampling_params")
-    llm = llm_module.LLM(tiny_model_dir, device="cpu", kvcache_block_size=BS, num_kvcache_blocks=12,
+    llm = llm_module.LLM(tiny_model_dir, engine_parts(), device="cpu", kvcache_block_size=BS, num_kvcache_blocks=12,
                          max_num_seqs=4, max_num_batched_tokens=64, max_model_len=64,
                          enable_prefix_caching=True)
     shared = tokens(10, 2 * BS)

@@ -408,14 +408,14 @@ def test_chunked_prefill_samples_only_when_the_prompt_is_done(impl, config_only_
 
 @pytest.mark.points(4)
 @pytest.mark.covers("lab3.admit", "lab3.schedule_decode", "lab3.preempt")
-def test_engine_run_under_pressure(impl, tiny_model_dir):
+def test_engine_run_under_pressure(impl, tiny_model_dir, engine_parts):
     """Your scheduler inside the real engine: eight requests, four sequences at most, a pool small enough to
     preempt. Every STEP respects max_num_seqs and the token budget, a waiting request holds no blocks, the
     lifecycle log is legal, and each request's tokens are transformers' own greedy tokens.
     """
     from lab_oracle import hf_greedy
     llm_module, params = impl.module("llm"), impl.module("sampling_params")
-    llm = llm_module.LLM(tiny_model_dir, device="cpu", kvcache_block_size=4, num_kvcache_blocks=10,
+    llm = llm_module.LLM(tiny_model_dir, engine_parts(), device="cpu", kvcache_block_size=4, num_kvcache_blocks=10,
                          max_num_seqs=4, max_num_batched_tokens=40, max_model_len=40, enable_prefix_caching=True)
     prompts = [list(range(7 * i, 7 * i + 5 + i % 4)) for i in range(8)]
     ids = [llm.add_request(p, params.SamplingParams(temperature=0.0, max_tokens=9, ignore_eos=True)) for p in prompts]

@@ -18,9 +18,7 @@ stated in docs/architecture.md, in the simplest way that can be checked by hand.
 """
 from __future__ import annotations
 
-from contextlib import ExitStack
 from typing import Any
-from unittest import mock
 
 FAKE_TOKEN_BASE = 40
 NUM_BLOCKS = 16
@@ -122,15 +120,10 @@ def scripted_scheduler(scheduler_module: Any, script: dict[int, list[tuple]]) ->
     return ScriptedScheduler
 
 
-def fake_engine(impl: Any, model_dir: str, script: dict[int, list[tuple]], stack: ExitStack, **config: Any) -> Any:
-    """An LLMEngine of the implementation under test, built with the fakes above.
-
-    The fakes are patched into the engine module only while `stack` is open.
-    """
-    engine_module = impl.module("engine.llm_engine")
-    scheduler_module = impl.module("engine.scheduler")
-    stack.enter_context(mock.patch.object(engine_module, "ModelRunner", FakeModelRunner))
-    stack.enter_context(mock.patch.object(engine_module, "BlockManager", FakeBlockManager))
-    stack.enter_context(mock.patch.object(engine_module, "Scheduler", scripted_scheduler(scheduler_module, script)))
-    return engine_module.LLMEngine(model_dir, device="cpu", kvcache_block_size=4,
-                                   num_kvcache_blocks=NUM_BLOCKS, max_model_len=64, **config)
+def fake_engine(impl: Any, model_dir: str, script: dict[int, list[tuple]], **config: Any) -> Any:
+    """An LLMEngine of the implementation under test, built from the fakes above (handed in as its parts)."""
+    parts = impl.module("engine.parts").EngineParts(
+        model_runner=FakeModelRunner, block_manager=FakeBlockManager,
+        scheduler=scripted_scheduler(impl.module("engine.scheduler"), script))
+    return impl.module("engine.llm_engine").LLMEngine(model_dir, parts, device="cpu", kvcache_block_size=4,
+                                                      num_kvcache_blocks=NUM_BLOCKS, max_model_len=64, **config)

@@ -1,4 +1,4 @@
-"""Release-only stand-in for lab 3's scheduling policy: FCFS, whole prompts, the sequence short of a block yields.
+"""Stand-in for lab 3's scheduling policy in a student release: FCFS, whole prompts, the sequence short of a block yields.
 
 Used in lab 1 and lab 2 releases (whose lab 3 regions are stubbed), so that the
 engine there serves requests through the student's own code: it subclasses

@@ -1,4 +1,4 @@
-"""Release-only stand-in for lab 4's model runner: transformers' own forward over dense per-sequence caches.
+"""Stand-in for lab 4's model runner in a student release: transformers' own forward over dense per-sequence caches.
 
 Used in lab 1, 2 and 3 releases (whose lab 4 regions are stubbed), so that the
 engine there serves requests. It answers the engine's questions as the course
@@ -24,7 +24,7 @@ time against batch size, and Tutorial 03 compares continuous batching (fewer
 steps) with static batching on time. Its price: each step copies the caches
 to stack them, and the padded rows' attention runs over masked slots, so a
 row's arithmetic is not exactly that of its own unbatched forward (greedy
-tokens are still the course engine's, checked in tests/test_standins.py).
+tokens are still the course engine's, checked in tests/courseware/test_standins.py).
 
 Its other price: block tables are bookkeeping only (the K/V do not live in the
 blocks the block manager handed out), so a block manager that gives two live
@@ -34,7 +34,8 @@ directly for that reason. Prefix-cache hits save no compute, a prefill chunk
 that does not finish its prompt is computed later with the rest, the KV pool
 is sized as if every sequence could reach max_model_len (no memory
 measurement), and there are no CUDA graphs, no tensor parallelism and no KV
-transfer: on a GPU it is far slower than the course engine.
+transfer (tensor_parallel_size above 1 is refused): on a GPU it is far slower
+than the course engine.
 """
 from __future__ import annotations
 
@@ -65,13 +66,12 @@ class DenseState:
     kv: LayerKV = field(default_factory=list)
 
 
-def no_tensor_parallelism(config: Config):
-    """Stands in for TensorParallelRunner: tensor parallelism splits lab 4's runner, which a release lacks."""
-    raise ValueError(f"tensor_parallel_size={config.tensor_parallel_size} needs lab 4's model runner; {LAB4_NEEDED}")
-
-
 class DenseModelRunner:
     def __init__(self, config: Config):
+        if config.tensor_parallel_size > 1:
+            # Tensor parallelism splits lab 4's runner across processes, which a release before lab 4 lacks.
+            raise ValueError(f"tensor_parallel_size={config.tensor_parallel_size} needs lab 4's model runner; "
+                             f"{LAB4_NEEDED}")
         self.config = config
         self.device = torch.device(config.device)
         self.block_size = config.kvcache_block_size

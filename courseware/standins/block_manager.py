@@ -1,4 +1,4 @@
-"""Release-only stand-in for lab 2's block manager: paged blocks, no prefix caching.
+"""Stand-in for lab 2's block manager in a student release: paged blocks, no prefix caching.
 
 Used only in a lab 1 release (whose lab 2 regions are stubbed), so that the
 engine there can serve requests. It is the allocator lab 1's public test

@@ -1,4 +1,4 @@
-# Generated from reference/distributed/parallel_state.py by `inferlab exercises build`. Write your code only inside the EXERCISE regions.
+# Generated from reference/parallel_state.py by `inferlab exercises build`. Write your code only inside the EXERCISE regions.
 """This process's place in its tensor-parallel group, and the two collectives TP layers use.
 
 The state is process-global, like torch.distributed's own default group: a
