@@ -136,7 +136,7 @@ def time_by_batch(events: list[dict], end_time: float) -> list[dict]:
 
 def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
     """Submit every request at once, step to completion; throughput and latency from the engine."""
-    from reference import LLM, SamplingParams
+    from courseware.engine import LLM, SamplingParams     # in a release: the student's engine (courseware/engine.py)
     from reference.engine.collector import full_collections_deferred
     from reference.metrics import check_lifecycle, request_metrics
 
@@ -165,6 +165,9 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
         sync()
         end = time.perf_counter()
     gc.unfreeze()
+    failed = sorted({seq.error for seq in llm.finished.values() if getattr(seq, "error", None)})
+    if failed:
+        raise RuntimeError(f"requests failed during the benchmark run: {'; '.join(failed)[:500]}")
     elapsed = end - start
     events = llm.log.events[first_event:]
     problems = check_lifecycle(events, async_scheduling=llm.config.async_scheduling)
@@ -180,7 +183,9 @@ def run_engine(model_dir: str, requests: list[Request], **config) -> dict:
         "tpot_s": percentiles([m.tpot for m in metrics if m.tpot is not None]),
         "preemptions": sum(m.num_preemptions for m in metrics),
         "time_by_batch": time_by_batch(events, end),
-        "attention_backend": llm.model_runner.backend.name, "cuda_graphs": bool(llm.model_runner.graphs),
+        # A release's stand-in runner (courseware/standins/) has neither an attention backend nor graphs.
+        "attention_backend": getattr(getattr(llm.model_runner, "backend", None), "name", type(llm.model_runner).__name__),
+        "cuda_graphs": bool(getattr(llm.model_runner, "graphs", None)),
         "async_scheduling": llm.config.async_scheduling,
         "num_kvcache_blocks": llm.model_runner.num_kvcache_blocks, "dtype": str(llm.config.torch_dtype),
         "tensor_parallel_size": llm.config.tensor_parallel_size,

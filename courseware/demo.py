@@ -1,9 +1,11 @@
-"""`inferlab demo`: a batch of chat requests through the reference engine, with metrics.
+"""`inferlab demo`: a batch of chat requests through this tree's engine, with metrics.
 
 It shows the whole lifecycle in one screen: mixed-length Chinese and English
 prompts go through the chat template, are batched continuously, and each
 request's queue time, TTFT, TPOT and end-to-end latency are read back from the
-lifecycle log the run wrote.
+lifecycle log the run wrote. The engine comes from `courseware.engine`: the
+course's in the course repository, in a student release the student's own
+(with the later labs' stand-ins), whose release ships this module as its demo.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from rich.console import Console
 from courseware.terminal import make_console
 from courseware.tiny_model import ensure_tiny_model
 from courseware.trace import request_table
-from reference import LLM, SamplingParams
+from courseware.engine import LLM, SamplingParams
 from reference.metrics import request_metrics
 
 DEMO_CONVERSATIONS: list[tuple[str, int]] = [
@@ -54,6 +56,9 @@ def run_demo(model: str | None, device: str, log_path: str, console: Console | N
     params = [SamplingParams(temperature=0.0, max_tokens=n) for _, n in DEMO_CONVERSATIONS]
     outputs = llm.generate(prompts, params, use_tqdm=True)
     llm.log.close()
+    for index, out in enumerate(outputs):
+        if out.get("error"):
+            console.print(f"[bold red]request {index} failed:[/bold red] {out['error']}")
     metrics = request_metrics(llm.log.events)
     console.print(request_table(metrics.values()))
     for (text, _), out in zip(DEMO_CONVERSATIONS[:2], outputs[:2]):

@@ -5,15 +5,18 @@ course's. A student release ships this module with its imports pointed at
 `student_exercises` (as it ships every generated module), and its manifest
 (`courseware/manifest.json`, beside this module) names the release's lab: the parts of the labs
 after it run on stand-ins (courseware/standins/), because their regions are
-stubs there. The release's commands (`inferlab demo`, `inferlab check`), its
-tutorials and its public tests build engines through this module, so each of
-them runs the student's code wherever there is some, and the course's
-engine nowhere.
+stubs there. The release's commands (`inferlab demo`, `inferlab bench`,
+`inferlab check`), its tutorials and its public tests build engines through
+this module, so each of them runs the student's code wherever there is some,
+and the course's engine nowhere: in a release it refuses to load when the
+package it found is not the release's own (courseware/release_root.py).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+import reference as _package
+from courseware.release_root import same_tree
 from labkit.manifest import read_manifest
 from reference import Config, SamplingParams, StreamChunk
 from reference.engine.parts import EngineParts
@@ -23,6 +26,8 @@ from reference.llm import LLM as _LLM, default_parts
 __all__ = ["LLM", "SamplingParams", "Config", "StreamChunk", "engine_parts", "standin_labs"]
 
 ROOT = Path(__file__).resolve().parents[1]     # where `courseware/` is: a release's root, or site-packages
+if read_manifest(ROOT) is not None:
+    same_tree(_package.__file__, __file__)    # a release's engine is its own package, never another tree's
 
 
 def standin_labs(root: Path = ROOT) -> list[str]:

@@ -41,10 +41,11 @@ from labkit.tree import (
 from courseware.later_labs import used_support
 from courseware.standins import standin_modules
 
-# What a release needs of `courseware`: the engine it runs (`engine`), the self-check and demo
-# (`selfcheck`, `terminal`), the tiny model and the oracle the tests use; and the later labs' stand-ins.
-TOOL_MODULES = ("__init__.py", "engine.py", "oracle.py", "selfcheck.py", "terminal.py", "tiny_model.py",
-                "standins/__init__.py")
+# What a release needs of `courseware`: the engine it runs (`engine`, `release_root`), its `inferlab` command
+# (`student_cli`: the self-check, the demo, the bench, the trace, and what they print with), the tiny model and
+# the oracle the tests use; and the later labs' stand-ins.
+TOOL_MODULES = ("__init__.py", "engine.py", "release_root.py", "student_cli.py", "selfcheck.py", "demo.py",
+                "bench.py", "trace.py", "terminal.py", "tiny_model.py", "oracle.py", "standins/__init__.py")
 # The torch every install starts from, pinned (docs/design.md §5; README and .ci/run say the same, checked by
 # tests/test_cli.py): an unpinned torch pulls GBs of CUDA wheels. The Gradescope bundle installs it too.
 TORCH_VERSION = "2.13.0"
@@ -93,7 +94,7 @@ dependencies = [
 {deps}]
 
 [project.scripts]
-inferlab = "courseware.selfcheck:main"
+inferlab = "courseware.student_cli:main"
 
 [tool.setuptools.packages.find]
 include = ["{PACKAGE}*", "labkit*", "courseware*"]

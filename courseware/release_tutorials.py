@@ -11,7 +11,11 @@ makes `student_exercises/` itself (`labkit.tree.rewrite_imports`).
 
 We chose rewriting at release time over a shim module that tutorials import
 through: the course's notebooks keep the plain imports the lectures show, and
-nothing in a release can fall back to a solution. The price: a release's
+nothing in a release can fall back to a solution. A release's notebooks
+also start with one cell of their own (BOOTSTRAP) that puts the release's
+root first on `sys.path`: a kernel started in `tutorials/` would otherwise
+import whichever `student_exercises` the environment offers (the course's, in
+the course's venv). The price: a release's
 notebooks differ from the course's in their import lines, and a tutorial may
 name the package `reference` only in import statements (anything else is
 listed by `leftover_references` and fails tests/courseware/test_release_tutorials.py).
@@ -76,18 +80,36 @@ def _source(cell) -> str:
 _ENGINE_IMPORT = re.compile(r"^(?P<lead>[ \t]*from[ \t]+)reference(?=[ \t]+import\b)", re.M)
 
 
+# The first cell of every notebook a release ships: the release's root first on sys.path, found from the kernel's
+# working directory (Jupyter starts a kernel in its notebook's folder). Only the standard library: nothing of the
+# release may be imported before it runs (courseware/release_root.py says why).
+BOOTSTRAP = """\
+# This notebook runs this release's code (your student_exercises/, wherever Jupyter was started and whatever else
+# is installed): the release folder, the one holding courseware/manifest.json, goes first on sys.path.
+import pathlib, sys
+_here = pathlib.Path.cwd().resolve()
+_root = next((p for p in (_here, *_here.parents) if (p / "courseware" / "manifest.json").is_file()), None)
+if _root is None:
+    raise RuntimeError(f"{_here} is not inside a release: open the notebook from its release's tutorials/ folder")
+sys.path.insert(0, str(_root))"""
+BOOTSTRAP_TAG = "release-bootstrap"
+
+
 def release_notebook(path: Path) -> dict:
     """The student edition of a tutorial, running on the release's engine instead of `reference`.
 
     `from reference import LLM, ...` becomes `from courseware.engine import ...`,
     which builds the student's engine with the stand-ins of the labs after
-    the release's; every other `reference.` import points at `student_exercises`.
+    the release's; every other `reference.` import points at `student_exercises`;
+    a first cell (BOOTSTRAP) makes those imports find the release's own packages.
     """
     nb = edition(json.loads(path.read_text(encoding="utf-8")), "student")
     for cell in nb["cells"]:
         if cell.get("cell_type") == "code":
             source = _ENGINE_IMPORT.sub(lambda m: m["lead"] + "courseware.engine", _source(cell))
             cell["source"] = rewrite_imports(source)
+    nb["cells"].insert(0, {"cell_type": "code", "execution_count": None, "id": BOOTSTRAP_TAG,
+                           "metadata": {"tags": [BOOTSTRAP_TAG]}, "outputs": [], "source": BOOTSTRAP})
     return nb
 
 

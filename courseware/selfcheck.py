@@ -1,7 +1,7 @@
 """`inferlab check labN`: run a lab's public tests the way the grader runs the student's code.
 
-It runs in the course repository and in a student release (where it is the
-whole `inferlab` command). It reads the student's tree exactly as the grader
+It runs in the course repository and in a student release (`inferlab check`,
+courseware/student_cli.py). It reads the student's tree exactly as the grader
 does (`labkit.student_code`: the lab's region bodies by id, definitions
 added outside the regions carried, any other edit outside them listed and not
 run), splices that into a pristine copy of the release, and runs the lab's
@@ -14,9 +14,9 @@ skip can never look like a pass.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,12 +30,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from courseware.terminal import make_console, print_error
+from courseware.terminal import make_console
 from labkit.additions import apply
 from labkit.tree import PACKAGE, splice, write_package
 from labkit.labs import exercise_labs, lab as registry_lab
 from labkit.locate import region_locations
-from labkit.manifest import PRISTINE
+from labkit.manifest import MANIFEST, PRISTINE, read_manifest, sha256_file
 from labkit.rubric import load_rubric
 from labkit.scoring import ItemPart, public_parts
 from labkit.student_code import Extraction, read_student_code
@@ -185,10 +185,40 @@ def given_package(project: Path, lab: str) -> dict[str, str]:
                             "it ships with the release; download the release again")
 
 
+RELEASE_TOOLS = ("courseware", "labkit")    # the release's own packages besides the engine
+
+
+def copy_tools(project: Path, dest: Path) -> list[str]:
+    """The release's tools (with its manifest) beside the spliced package; which of them differ from the release.
+
+    The public tests build their engines through `courseware.engine`, which in
+    a release must come from the same tree as the package it runs
+    (courseware/release_root.py), so the copy carries the tools too. The
+    grader runs none of a student's tools, so a changed one is worth a note.
+    """
+    manifest = read_manifest(project)
+    if manifest is None:
+        return []           # the course repository: its tools are installed, nothing to copy
+    changed = []
+    for name in RELEASE_TOOLS:
+        for path in sorted((project / name).rglob("*")):
+            rel = path.relative_to(project).as_posix()
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            if rel != MANIFEST.as_posix() and manifest.files.get(rel) != sha256_file(path):
+                changed.append(rel)
+    return changed
+
+
 def spliced_copy(project: Path, lab: str, dest: Path) -> Extraction:
     """A pristine copy of the release under `dest` holding the student's code, read as the grader reads it."""
     given = given_package(project, lab)
     code = read_student_code(project / PACKAGE, given, lab)
+    code.notes += [f"{rel} differs from the release you were given: the self-check runs your version, "
+                   "the grader never runs it" for rel in copy_tools(project, dest)]
     package = dest / PACKAGE
     write_package(given, package)
     if code.bodies:
@@ -205,7 +235,7 @@ def region_notes(code: Extraction) -> list[str]:
              for r in code.regions if r.status in ("missing", "broken")]
     notes += [edit.describe() + (f"\n      {edit.diff.replace(chr(10), chr(10) + '      ')}" if edit.diff else "")
               for edit in code.outside_edits]
-    return notes
+    return notes + code.notes
 
 
 def rubric_table(parts: list[ItemPart], lab: str) -> Table:
@@ -271,45 +301,3 @@ def check(lab: str, impl: str = "student", console: Console | None = None, proje
             console.print(escape(note))
     earned, possible, _ = score(run)
     return 0 if earned == possible else 1
-
-
-def demo(console: Console | None = None) -> int:
-    """`inferlab demo` in a release: your engine (earlier labs' solutions, your regions, later labs' stand-ins)
-    serves a small batch on the built-in tiny model, greedy, on the CPU."""
-    from courseware.tiny_model import ensure_tiny_model
-    from student_exercises import LLM, SamplingParams
-    console = console or make_console()
-    llm = LLM(str(ensure_tiny_model()), device="cpu")
-    prompts = ["What is a KV cache?", "Explain continuous batching.", "你好"]
-    outputs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=16))
-    table = Table(title="inferlab demo: your engine on the tiny model (random weights: the text is noise)")
-    for column in ("prompt", "output tokens", "text"):
-        table.add_column(column, overflow="fold")
-    for prompt, out in zip(prompts, outputs):
-        failed = out.get("error")
-        table.add_row(prompt, str(len(out["token_ids"])), escape(f"error: {failed}" if failed else repr(out["text"])))
-    console.print(table)
-    return 1 if any(out.get("error") for out in outputs) else 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """The `inferlab` command of a student release: `check` and `demo`."""
-    parser = argparse.ArgumentParser(prog="inferlab", description="InferLab lab tools (student release).")
-    sub = parser.add_subparsers(dest="command", required=True)
-    cmd = sub.add_parser("check", help="run a lab's public tests and print your score")
-    cmd.add_argument("lab", help="a lab whose public tests this tree has (student_exercises/tests/test_labN_*.py)")
-    sub.add_parser("demo", help="serve a small batch through your engine on the tiny model")
-    args = parser.parse_args(argv)
-    try:
-        return check(args.lab) if args.command == "check" else demo()
-    except (ValueError, FileNotFoundError) as err:
-        print_error(err)
-        return 2
-    except NotImplementedError as err:
-        print_error(f"region {err} raises NotImplementedError: write it, then run the demo again",
-                    heading="not written yet")
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

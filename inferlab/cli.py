@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from courseware.release_root import RELEASE_COMMANDS, hand_over
 from courseware.terminal import make_console, print_error
 
 
@@ -214,6 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in RELEASE_COMMANDS:
+        handed = hand_over(argv)       # inside a student release: its own tools, on the student's code
+        if handed is not None:
+            return handed
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

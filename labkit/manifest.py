@@ -32,6 +32,10 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Manifest:
     lab: str
@@ -46,7 +50,7 @@ class Manifest:
     @classmethod
     def of_folder(cls, lab: str, standin_labs: tuple[str, ...], root: Path) -> "Manifest":
         """The manifest of every file under `root` as it is on disk (caches and the manifest itself aside)."""
-        files = {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        files = {p.relative_to(root).as_posix(): sha256_file(p)
                  for p in sorted(root.rglob("*"))
                  if p.is_file() and "__pycache__" not in p.parts and p != root / MANIFEST}
         return cls(lab, tuple(standin_labs), files)

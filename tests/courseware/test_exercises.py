@@ -204,9 +204,10 @@ def test_release_holds_earlier_solutions_only_and_this_labs_tests(tmp_path):
         assert rewrite_imports(bodies[region.region_id]) == rewrite_imports(want), region.region_id
     readme = (out / "README.md").read_text()
     assert "pytest student_exercises/tests -m lab3" in readme and "inferlab check lab3" in readme
-    assert 'inferlab = "courseware.selfcheck:main"' in (out / "pyproject.toml").read_text()
+    assert 'inferlab = "courseware.student_cli:main"' in (out / "pyproject.toml").read_text()
     shipped = sorted(p.relative_to(out / "courseware").as_posix() for p in (out / "courseware").rglob("*.py"))
-    assert shipped == sorted(["__init__.py", "engine.py", "oracle.py", "tiny_model.py", "selfcheck.py", "terminal.py",
+    assert shipped == sorted(["__init__.py", "engine.py", "release_root.py", "student_cli.py", "selfcheck.py",
+                              "demo.py", "bench.py", "trace.py", "oracle.py", "tiny_model.py", "terminal.py",
                               "standins/__init__.py", "standins/model_runner.py"])   # lab 4's part only: a lab 3 release
     assert sorted(p.name for p in (out / "labkit").glob("*.py")) == sorted(p.name for p in (ROOT / "labkit").glob("*.py"))
     handout = (out / "assignments" / "lab3_scheduler" / "README.md").read_text()

@@ -7,7 +7,9 @@
   notebook that still reached for the solution would otherwise pass);
 - in a lab 1 release with lab 1 written, Tutorial 02 (the lifecycle, lab 1's tutorial, on all three
   stand-ins), and in a lab 2 release with lab 2 written, Tutorial 05 (prefix caching), run top to bottom
-  on the release's engine, the way `inferlab build` runs a notebook (their asserts check their claims).
+  on the release's engine, the way `inferlab build` runs a notebook (their asserts check their claims),
+  with no PYTHONPATH: the notebook's first cell finds the release (tests/courseware/test_release_commands.py
+  runs a shipped one on a stub too).
   The other notebooks were run the same way once by hand (docs/labs.md has the command); executing all of
   them here would take minutes.
 """
@@ -99,10 +101,11 @@ def test_release_runs_its_labs_tutorial(tmp_path, monkeypatch, tiny_model_dir, l
     splice(release / PACKAGE, {r.region_id: tree.body(r.region_id) for r in tree.regions if r.lab == lab})
     path = release / "tutorials" / notebook
     nb = nbformat.read(path, as_version=4)
-    nb.cells.insert(0, nbformat.v4.new_code_cell(GUARD.format(package=PACKAGE, root=str(release))))
+    # After the notebook's own first cell, which finds the release: no PYTHONPATH, as a student runs it.
+    nb.cells.insert(1, nbformat.v4.new_code_cell(GUARD.format(package=PACKAGE, root=str(release))))
     guarded = path.with_name("guarded_" + path.name)          # same folder: the kernel runs where the notebook is
     nbformat.write(nb, guarded)
-    monkeypatch.setenv("PYTHONPATH", str(release))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
     monkeypatch.setenv("INFERLAB_MODEL", tiny_model_dir)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     executed, seconds, error = execute_notebook(guarded, timeout=300)
