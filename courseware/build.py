@@ -226,9 +226,10 @@ def _title_of(markdown: str, fallback: str) -> str:
 def build_handouts(root: Path, out_dir: Path, pdf: bool = False) -> list[Path]:
     """<out_dir>/<lab folder>/README.html (and .pdf), with the lab's report template beside it."""
     from courseware.pdf import html_to_pdf
+    from labkit.handout import handout_text
     written = []
     for readme in sorted((root / "assignments").glob("*/README.md")):
-        text = readme.read_text(encoding="utf-8")
+        text = handout_text(readme, root)          # shared parts included (labkit/handout.py)
         folder = out_dir / readme.parent.name
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / "README.html"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from labkit.handout import handout_text, what_is_graded
 from labkit.labs import earlier_labs, lab as lab_entry, lab_folder, later_labs
 from labkit.manifest import Manifest
 from labkit.tree import PACKAGE, ROOT, TESTS_DIR, ReferenceTree, load_reference
@@ -56,13 +57,18 @@ You write the bodies of the `{lab}` exercise regions in `{PACKAGE}/`. Each regio
         # <<< EXERCISE {lab}.some_name
 ```
 
-Replace the `raise` line with your code; keep the marker lines. Only code inside the regions is graded:
-the grader copies your region bodies into its own copy of the engine, so changes anywhere else are
-not seen. {filled} Regions of later labs raise `NotImplementedError`; neither your tests nor the engine reach them.
+Replace the `raise` line with your code; keep the marker lines. {filled} Regions of later labs raise
+`NotImplementedError`; neither your tests nor the engine reach them.
 
 | region | file | task |
 | --- | --- | --- |
 {rows}
+## What is graded
+
+What of your code runs when you are graded (the handout includes the same text):
+
+{what_is_graded(tree.root)}
+
 ## Set up
 
 ```bash
@@ -87,17 +93,20 @@ optional; tests marked `gpu` run only where CUDA is available.
 inferlab check {lab}
 ```
 
-reads your tree the way the grader does (your region bodies, plus any imports, functions, classes,
-constants or methods you *added* outside the regions; other edits outside the regions are listed
-and not run), runs the same tests on that code, and prints a score table per test and the public
-part of your grade on the rubric's points (`{lab_folder(lab).relative_to(ROOT).as_posix()}/rubric.json`).
-The grader scores the same items from hidden tests of the same behaviour on other inputs.
+reads your tree the way the grader does ("What is graded" above), runs the same tests on that code,
+and prints a score table per test and, for every rubric item (`{lab_folder(lab).relative_to(ROOT).as_posix()}/rubric.json`),
+the public part of your grade and the points it cannot check here (hidden tests on other inputs,
+throughput, GPU items without CUDA).
 
 ```bash
-inferlab demo
+inferlab demo                 # serves a small batch through your engine on the built-in tiny model
+inferlab trace                # the demo's lifecycle log as tables, computed by this release's metrics code
+inferlab bench                # times your engine on a fixed workload (not the grader's throughput ratio)
 ```
 
-serves a small batch through your engine on the built-in tiny model.
+Each runs your code (your regions, the earlier labs' solutions, the later labs' stand-ins) whichever
+`inferlab` is first on your PATH: started inside this folder, the command hands itself over to this
+release's own tools.
 
 {engine_section(lab)}## Also here
 
@@ -112,7 +121,9 @@ def _copy_handout(root: Path, lab: str, out: Path) -> Path | None:
     dest = out / folder.relative_to(root)
     dest.mkdir(parents=True, exist_ok=True)
     for path in entry.public_parts():
-        if path.is_file():
+        if path.name == "README.md":
+            (dest / path.name).write_text(handout_text(path, root), encoding="utf-8")   # shared parts included
+        elif path.is_file():
             shutil.copy2(path, dest / path.name)
     handout = folder / "README.md"
     return handout.relative_to(root) if handout.is_file() else None

@@ -11,8 +11,9 @@ around them, so a correct solution written that way scores as it should.
 Anything else changed outside the regions (an existing function or method
 edited, a statement removed, a new top-level statement that is not a
 definition) is an *edit outside the regions*: listed with its file, line and a
-short diff, and never run, because it would change the code the tests were
-written against. The choice costs a little: a helper that needs a changed
+short diff, and never applied, because it would change the code the tests were
+written against: what the student wrote instead is not run, and the release's
+own statement (edited or removed) runs as shipped. The choice costs a little: a helper that needs a changed
 line elsewhere in the file does not work. The price buys a rule a student can
 state in one sentence (docs/labs.md): add what you like, change nothing.
 
@@ -44,17 +45,28 @@ class Addition:
     text: str                     # its source, dedented
 
 
+NOT_RUN = "not run: only region bodies and added definitions are"
+KEPT = "ignored: the release's version of it still runs"
+REPLACED = "not run: the release's version of it runs instead"
+
+
 @dataclass(frozen=True)
 class OutsideEdit:
-    """A change outside the regions that is not run."""
+    """A change outside the regions, and what runs in its place (`runs`, said in the student's terms).
+
+    A removed statement is not "not run": the release's statement is still
+    there and runs; only what the student wrote instead of it, or beside it,
+    does not.
+    """
 
     path: str
     line: int
     what: str
     diff: str
+    runs: str = NOT_RUN
 
     def describe(self) -> str:
-        return f"{self.path}:{self.line}: {self.what} (not run: only region bodies and added definitions are)"
+        return f"{self.path}:{self.line}: {self.what} ({self.runs})"
 
 
 def _key(node: ast.stmt) -> tuple:
@@ -167,7 +179,7 @@ def _compare_body(path: str, mine: list[ast.stmt], theirs: list[ast.stmt], my_li
             if _still_imported(node, mine):
                 continue          # an import line the student extended: its names still come in, nothing to say
             edits.append(OutsideEdit(path, node.lineno, f"removed `{_label(node, owner)}`",
-                                     _short_diff(_source(their_lines, node), "")))
+                                     _short_diff(_source(their_lines, node), ""), KEPT))
 
 
 def _still_imported(node: ast.stmt, mine: list[ast.stmt]) -> bool:
@@ -194,12 +206,13 @@ def _compare_matched(path: str, mine: ast.stmt, theirs: ast.stmt, my_lines: list
         header_theirs = ast.dump(ast.ClassDef(theirs.name, theirs.bases, theirs.keywords, [], theirs.decorator_list))
         if header_mine != header_theirs:
             edits.append(OutsideEdit(path, mine.lineno, f"changed the header of `class {mine.name}`",
-                                     _short_diff(their_lines[theirs.lineno - 1], my_lines[mine.lineno - 1])))
+                                     _short_diff(their_lines[theirs.lineno - 1], my_lines[mine.lineno - 1]),
+                                     REPLACED))
         _compare_body(path, mine.body, theirs.body, my_lines, their_lines, mine.name, additions, edits)
         return
     if not _same_code(mine, theirs) and _key(mine) != ("docstring",):
         edits.append(OutsideEdit(path, mine.lineno, f"changed `{_label(mine, owner)}`",
-                                 _short_diff(_source(their_lines, theirs), _source(my_lines, mine))))
+                                 _short_diff(_source(their_lines, theirs), _source(my_lines, mine)), REPLACED))
 
 
 def compare(student_text: str, pristine_text: str, path: str) -> tuple[list[Addition], list[OutsideEdit]]:
@@ -258,3 +271,81 @@ def apply(text: str, additions: list[Addition]) -> str:
     for at, _, block in sorted(inserts, key=lambda item: (-item[0], -item[1])):
         lines.insert(at, block)
     return "".join(lines)
+
+
+def _bound_names(node: ast.stmt) -> list[str]:
+    """The names a module- or class-level statement binds (imports, definitions, plain assignments)."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [(alias.asname or alias.name).split(".")[0] for alias in node.names]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return [t.id for t in targets if isinstance(t, ast.Name)]
+
+
+def _instance_assignments(cls: ast.ClassDef) -> dict[str, tuple[str, int, str]]:
+    """attribute -> (method, line, source) of the first `self.<attribute> = ...` in any method of `cls`."""
+    found: dict[str, tuple[str, int, str]] = {}
+    for method in cls.body:
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or not method.args.args:
+            continue
+        this = method.args.args[0].arg
+        for node in ast.walk(method):
+            targets = (node.targets if isinstance(node, ast.Assign) else
+                       [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else [])
+            for target in targets:
+                if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                        and target.value.id == this and target.attr not in found):
+                    found[target.attr] = (method.name, node.lineno, ast.unparse(node).splitlines()[0][:80])
+    return found
+
+
+def clashes(student_text: str, additions: list[Addition], path: str) -> list[str]:
+    """Messages for added definitions that the file's own code hides or replaces, naming both.
+
+    A helper method `_lookup` added to a class whose `__init__` sets
+    `self._lookup = None` is carried and compiles, yet every call reaches the
+    instance attribute (`TypeError: 'NoneType' object is not callable`); a
+    module-level helper named like something the file imports or defines
+    replaces it for the whole module. Carrying either is right (it is what the
+    student wrote); saying so is what turns a baffling error into a rename.
+    """
+    if not additions:
+        return []
+    try:
+        tree = ast.parse(student_text, filename=path)          # region bodies too: they may set the name
+    except SyntaxError:
+        tree = ast.parse(blank_regions(student_text, path), filename=path)
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    added_lines = {a.line for a in additions}
+    module_names: dict[str, tuple[int, str]] = {}
+    for node in tree.body:
+        if node.lineno in added_lines:
+            continue
+        for name in _bound_names(node):
+            module_names.setdefault(name, (node.lineno, _label(node, None)))
+    messages = []
+    for addition in additions:
+        if addition.owner is not None:
+            cls = classes.get(addition.owner)
+            assigned = _instance_assignments(cls) if cls is not None else {}
+            for name in _added_names(addition):
+                if name in assigned:
+                    method, line, source = assigned[name]
+                    messages.append(f"{path}:{addition.line}: your added `{addition.owner}.{name}` is hidden by "
+                                    f"`{source}` in `{addition.owner}.{method}` (line {line}): every "
+                                    f"{addition.owner} gets an instance attribute of that name, which wins over "
+                                    f"your definition, so `self.{name}` never reaches it; give yours another name")
+            continue
+        for name in _added_names(addition):
+            if name in module_names:
+                line, label = module_names[name]
+                messages.append(f"{path}:{addition.line}: your added `{addition.name}` binds `{name}`, which "
+                                f"`{label}` (line {line}) binds too: whichever comes later in the file replaces "
+                                f"the other for the whole module; give yours another name")
+    return messages
+
+
+def _added_names(addition: Addition) -> list[str]:
+    node = ast.parse(addition.text).body[0]
+    return [] if isinstance(node, (ast.Import, ast.ImportFrom)) else _bound_names(node)

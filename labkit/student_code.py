@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.additions import Addition, OutsideEdit, apply, compare
+from labkit.additions import Addition, OutsideEdit, apply, clashes, compare
+from labkit.manifest import PRISTINE
 from labkit.tree import PACKAGE
 from labkit.regions import Region, RegionError, parse_regions, stub_body
 
@@ -131,11 +132,13 @@ def outside_regions(submission_package: Path, stubs: dict[str, str], out: Extrac
             additions, edits = compare(text, pristine, shown)
         except SyntaxError as err:
             out.outside_edits.append(OutsideEdit(shown, err.lineno or 0, f"does not parse: {err.msg}",
-                                                 (err.text or "").rstrip()))
+                                                 (err.text or "").rstrip(),
+                                                 "nothing you wrote outside the regions of this file is carried"))
             continue
         except (UnicodeDecodeError, RegionError, ValueError):
             continue                            # reported with the regions of that file
         out.outside_edits += edits
+        out.notes += clashes(text, additions, shown)
         for addition in additions:
             names = suspicious_uses(addition.text)
             if names:
@@ -148,7 +151,54 @@ def outside_regions(submission_package: Path, stubs: dict[str, str], out: Extrac
                 names = ", ".join(a.name for a in additions)
                 out.outside_edits.append(OutsideEdit(shown, additions[0].line,
                                                      f"added definitions ({names}) that do not fit in the file: {err}",
-                                                     ""))
+                                                     "", "not run: none of them is carried"))
+
+
+MAX_STARTED_FROM_BYTES = 1 << 20
+
+
+def started_from(submission_package: Path) -> dict[str, str] | None:
+    """The package as the student's own release shipped it (`.inferlab/pristine/` beside their package), if any.
+
+    Read only to word the notes (which edits are the student's, which are a
+    newer release's): it never decides what runs, so a submission may carry
+    any text here without changing its grade.
+    """
+    pristine = submission_package.parent / PRISTINE / PACKAGE
+    if not pristine.is_dir() or pristine.is_symlink():
+        return None
+    texts = {}
+    for path in sorted(pristine.rglob("*.py")):
+        if path.is_symlink() or "__pycache__" in path.parts or path.stat().st_size > MAX_STARTED_FROM_BYTES:
+            continue
+        try:
+            texts[path.relative_to(pristine).as_posix()] = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            continue
+    return texts or None
+
+
+def _own_edits(submission_package: Path, given: Mapping[str, str], mine_from: Mapping[str, str],
+               out: Extraction) -> None:
+    """Keep only the edits outside the regions that the student made; sum up the rest as release drift.
+
+    Against the current release (`given`), a tree made from an older release
+    shows every outside-region difference between the two releases as if the
+    student had made it. Compared with the release the student started from,
+    those vanish; what is left is theirs.
+    """
+    theirs = Extraction()
+    outside_regions(submission_package, {rel: mine_from.get(rel, text) for rel, text in given.items()}, theirs)
+    own = {(e.path, e.what) for e in theirs.outside_edits}
+    drift = [e for e in out.outside_edits if (e.path, e.what) not in own]
+    if not drift:
+        return
+    out.outside_edits = [e for e in out.outside_edits if (e.path, e.what) in own]
+    files = sorted({e.path for e in drift})
+    out.notes.append(f"your release is older than the grader's: {len(drift)} difference(s) outside the regions of "
+                     f"{', '.join(files)} come from the release, not from you (the current release's code runs "
+                     f"there; nothing to do): " + "; ".join(e.what for e in drift[:5])
+                     + (" ..." if len(drift) > 5 else ""))
 
 
 def read_student_code(submission_package: Path, given: Mapping[str, str], lab: str) -> Extraction:
@@ -160,10 +210,14 @@ def read_student_code(submission_package: Path, given: Mapping[str, str], lab: s
     not compile in its file as broken. Those get the stub (so they fail,
     visibly), and the others keep working: one broken region never sinks the
     rest. Definitions added outside the regions are carried, other edits
-    outside them listed (`labkit.additions`).
+    outside them listed (`labkit.additions`): only the student's own, when
+    the tree carries the release it was made from (`started_from`).
     """
     out = Extraction()
     outside_regions(submission_package, dict(given), out)
+    mine_from = started_from(submission_package)
+    if mine_from is not None and any(mine_from.get(rel, text) != text for rel, text in given.items()):
+        _own_edits(submission_package, given, mine_from, out)
     by_file: dict[str, list[Region]] = {}
     sources = {relpath: parse_regions(text, f"{PACKAGE}/{relpath}") for relpath, text in given.items()
                if not relpath.startswith("tests/")}

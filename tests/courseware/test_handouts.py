@@ -49,7 +49,9 @@ def lab_folder(lab: str) -> Path:
 
 
 def handout(lab: str) -> str:
-    return (lab_folder(lab) / "README.md").read_text(encoding="utf-8")
+    """The handout as students read it: shared parts included (labkit/handout.py)."""
+    from labkit.handout import handout_text
+    return handout_text(lab_folder(lab) / "README.md")
 
 
 def rubric_items(lab: str) -> list[dict] | None:
