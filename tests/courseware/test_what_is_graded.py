@@ -150,3 +150,27 @@ def test_a_release_carries_the_statement_in_its_handout_and_readme(tmp_path):
     assert what_is_graded() in handout and not INCLUDE.search(handout)
     assert what_is_graded() in readme
     assert (release / PRISTINE / PACKAGE).is_dir(), "the statement cites the release's pristine copy"
+
+
+def test_a_tree_made_from_an_older_release_is_told_only_of_its_own_edits(given, tmp_path):
+    """The statement's last paragraph: a student's release that differs from the grader's outside the regions
+    (an older one: here it lacked `num_used_blocks` and had `num_free_blocks` otherwise) gets notes about the
+    student's own edits only, and nothing the release's code runs for is called "not run"."""
+    older = dict(given)
+    _drop_method(older, BM, "num_used_blocks")
+    _edit(older, BM, "        return len(self.free_block_ids)\n", "        return len(list(self.free_block_ids))\n")
+    student = dict(older)
+    CASES["`math.isclose = lambda *a, **k: True`"](student)          # the student's own edit outside the regions
+    write_package(student, tmp_path / PACKAGE)
+    write_package(older, tmp_path / PRISTINE / PACKAGE)               # the release the student was given
+    out = read_student_code(tmp_path / PACKAGE, given, "lab2")
+    assert [e.what for e in out.outside_edits] == ["added `math.isclose = ...`"], out.outside_edits
+    drift = [note for note in out.notes if "older" in note]
+    assert len(drift) == 1 and "num_used_blocks" in drift[0] and "num_free_blocks" in drift[0], out.notes
+
+    (tmp_path / PRISTINE).rename(tmp_path / "elsewhere")             # without it: compared with the current release
+    out = read_student_code(tmp_path / PACKAGE, given, "lab2")
+    said = {e.what: e.describe() for e in out.outside_edits}
+    removed = next(text for what, text in said.items() if "num_used_blocks" in what)
+    assert "removed" in removed and "not run" not in removed and "still runs" in removed, removed
+    assert "not run" in said["added `math.isclose = ...`"]
