@@ -36,8 +36,8 @@ from labkit.tree import PACKAGE, splice, write_package
 from labkit.labs import exercise_labs, lab as registry_lab
 from labkit.locate import region_locations
 from labkit.manifest import MANIFEST, PRISTINE, read_manifest, sha256_file
-from labkit.rubric import load_rubric
-from labkit.scoring import ItemPart, public_parts
+from labkit.rubric import Rubric, load_rubric
+from labkit.scoring import item_part, unchecked_item
 from labkit.student_code import Extraction, read_student_code
 
 TESTS = Path("student_exercises") / "tests"
@@ -238,21 +238,43 @@ def region_notes(code: Extraction) -> list[str]:
     return notes + code.notes
 
 
-def rubric_table(parts: list[ItemPart], lab: str) -> Table:
-    table = Table(title=f"{lab}: the public part of the grade, on the rubric's points", caption_justify="left")
+def rubric_table(rubric: Rubric, tests: dict[str, dict[str, Any]]) -> Table:
+    """Every rubric item: its public tests, the points they secure here, and what only the grader checks."""
+    table = Table(title=f"{rubric.lab}: the public part of the grade, and what is not checked here",
+                  caption_justify="left")
     table.add_column("rubric item", overflow="fold")
     table.add_column("public tests passed", justify="right", no_wrap=True)
-    table.add_column("points", justify="right", no_wrap=True)
-    for part in parts:
+    table.add_column("secured here", justify="right", no_wrap=True)
+    table.add_column("not checked here", overflow="fold")
+    secured = possible = 0
+    unchecked: dict[str, int] = {}
+    for item in rubric.items:
+        part = item_part(item, tests)
+        name = f"{item.id}: {escape(item.title)}"
+        if part is None:
+            why = unchecked_item(item)
+            table.add_row(name, "-", f"-/{item.points}", f"{item.points} points: {escape(why)}")
+            unchecked[why.split(":")[0]] = unchecked.get(why.split(":")[0], 0) + item.points
+            continue
         ran = f"{part.passed}/{part.total}" + (f" ({part.skipped} skipped)" if part.skipped else "")
-        points = f"{part.earned}/{part.points}" if part.total else f"-/{part.points} (not graded here)"
-        table.add_row(f"{part.item_id}: {escape(part.title)}", ran, points)
-    earned = sum(p.earned for p in parts)
-    possible = sum(p.points for p in parts if p.total)
+        possible += item.points
+        secured += part.earned
+        if part.earned:
+            why = "hidden tests of the same behaviour, on other inputs"
+        else:
+            why = f"{item.points} points: {part.not_checked}"
+            reason = "GPU tests without CUDA" if part.gpu and part.skipped else "items whose public tests fail"
+            unchecked[reason] = unchecked.get(reason, 0) + item.points
+        table.add_row(name, ran, f"{part.earned}/{item.points}", escape(why))
     table.add_section()
-    table.add_row("[bold]public part[/bold]", "", f"[bold]{earned}/{possible}[/bold]")
-    table.caption = ("The grader scores the same items from hidden tests of the same behaviour (other inputs); "
-                     "items not listed here (throughput, reports) are scored only by the grader.")
+    table.add_row("[bold]public part[/bold]", "", f"[bold]{secured}/{possible}[/bold]", "")
+    at_stake = sum(unchecked.values())
+    table.caption = (
+        f"Secured here: the points of every item whose public tests all pass ({secured} of {rubric.total} points). "
+        f"Not checked here: {at_stake} points"
+        + (" (" + ", ".join(f"{why} {points}" for why, points in unchecked.items()) + ")" if unchecked else "")
+        + ". The grader scores every item again from hidden tests of the same behaviour on other inputs, and "
+          "gives an item part of its points in proportion to its hidden tests passed.")
     return table
 
 
@@ -293,7 +315,7 @@ def check(lab: str, impl: str = "student", console: Console | None = None, proje
     console.print(score_table(run, lab, package))
     rubric_file = registry_lab(lab, project).rubric
     if rubric_file.is_file():
-        console.print(rubric_table(public_parts(load_rubric(lab, rubric_file), run.tests), lab))
+        console.print(rubric_table(load_rubric(lab, rubric_file), run.tests))
     notes = _failure_notes(run, locate)
     if notes:
         console.print(f"\n[bold]What went wrong[/bold] (details: pytest {TESTS.as_posix()} -m {lab}):")

@@ -9,10 +9,17 @@ outcomes. The runs:
 - release-stubs:labN: labs before N filled, N and later stubbed (what a lab N student starts from)
 - filled:labN:        labs up to N filled, later ones stubbed (a lab N student who is done)
 - only:labN:          only lab N filled (for the labs whose tests need no other lab)
-- mutant:labN/name:   every region filled except one bug-zoo mutant; lab N's suite with -x
+- mutant:labN/name:   every region filled except one bug-zoo mutant; lab N's suite
+- selfcheck:labN/name: the same mutant's tree as `inferlab check` reads it (and each held-out student's,
+                       tests/courseware/heldout.py)
+
+A second module-scoped fixture grades every mutant and held-out student as a TA does (`grade_run`, the
+hidden tests against the golden outputs), so the self-check's public part can be compared with the grade.
 """
 from __future__ import annotations
 
+import importlib.util
+import io
 import json
 import os
 import shutil
@@ -34,9 +41,13 @@ from courseware.selfcheck import package_texts, spliced_copy
 from grading.harness import harness_package
 from grading.submission import extract
 from courseware.tiny_model import ensure_tiny_model
+from tests.courseware.heldout import load_students
 from tests.courseware.lab_runs import ALL_LABS, ROOT, Job, by_outcome, problems_of, run_all
 
 MUTANTS = load_mutants()
+STUDENTS = load_students()
+# How far the self-check's public part may exceed the grade, on any mutant or held-out student (issue 33).
+PROMISE_SLACK = 10
 SELF_CONTAINED_LABS = ("lab1", "lab4")   # their tests need no other lab's regions (lab2's engine run needs lab1's log)
 LAB2_BUDGET_S = 60.0
 
@@ -49,6 +60,15 @@ def release_tree(dest: Path, tree, lab: str, filled) -> Path:
 def student_tree(dest: Path, tree, mutant) -> Path:
     """The tree of a student who wrote the mutant: the lab's release with the mutant's region bodies in it."""
     return write_release_code(mutant.lab, dest, tree, choose=mutant.choice(tree))
+
+
+def heldout_tree(dest: Path, tree, student) -> Path:
+    """A held-out student's tree: the lab's release with the student's regions and additions in it."""
+    write_release_code(student.lab, dest, tree, choose=student.choice(tree))
+    for relpath, text in student.package(tree).items():
+        if relpath in student.added:
+            (dest / PACKAGE / relpath).write_text(text, encoding="utf-8")
+    return dest
 
 
 def grader_view(dest: Path, tree, student: Path, lab: str) -> Path:
@@ -98,6 +118,11 @@ def lab_runs(tmp_path_factory):
                                                                   student, mutant.lab), mutant.lab))
         check_view = self_check_view(work / "selfcheck" / mutant.lab / mutant.name, tree, student, mutant.lab)
         jobs.append(Job(f"selfcheck:{mutant.mutant_id}", check_view, mutant.lab))
+    for heldout in STUDENTS:
+        student = heldout_tree(work / "students" / heldout.lab / f"heldout_{heldout.name}", tree, heldout)
+        check_view = self_check_view(work / "selfcheck" / heldout.lab / f"heldout_{heldout.name}", tree, student,
+                                     heldout.lab)
+        jobs.append(Job(f"selfcheck:{heldout.student_id}", check_view, heldout.lab))
     runs = run_all(jobs, cache, work)
     trace_data = json.loads(trace.read_text()) if trace.is_file() else {}
     yield {job.key: job for job in jobs}, runs, trace_data
@@ -180,8 +205,11 @@ def test_lab2_suite_runs_in_under_a_minute(lab_runs, tmp_path):
 
 @pytest.mark.parametrize("mutant_id", [m.mutant_id for m in MUTANTS])
 def test_bug_zoo_mutant_is_caught(lab_runs, mutant_id):
-    if next(m for m in MUTANTS if m.mutant_id == mutant_id).gpu and not torch.cuda.is_available():
+    mutant = next(m for m in MUTANTS if m.mutant_id == mutant_id)
+    if mutant.gpu and not torch.cuda.is_available():
         pytest.skip("a GPU-only mutant: only the gpu tests can catch it, and they need CUDA")
+    if "lab4.kv_store_kernel" in mutant.edits and importlib.util.find_spec("triton") is None:
+        pytest.skip("a kernel mutant: Triton's interpreter catches it on a CPU, and triton is not installed")
     run = usable(lab_runs, f"mutant:{mutant_id}")
     failed = by_outcome(run, ["failed"])
     assert failed, (f"no public test fails on mutant {mutant_id} (outcomes: {run.outcomes()}); "
@@ -226,3 +254,79 @@ def test_declared_coverage_matches_what_tests_execute(lab_runs):
     declared_anywhere = {r for t in run.tests.values() for r in t["covers"]}
     problems += [f"region {r} is covered by no public test" for r in sorted(set(regions) - declared_anywhere)]
     assert not problems, "\n".join(problems)
+
+
+# -- the self-check's public part against the grade ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def grades(tmp_path_factory) -> dict[str, dict]:
+    """Every bug-zoo mutant and held-out student graded as a TA grades them: `grade_run`, hidden tests, golden."""
+    from rich.console import Console
+
+    from grading.grade_run import RunOptions, grade_run
+    from grading.sample_submissions import write_submission
+    work = tmp_path_factory.mktemp("grades")
+    tree = load_reference()
+    results: dict[str, dict] = {}
+    for lab in LABS:
+        submitted, ids = work / lab / "submitted", {}
+        for mutant in MUTANTS:
+            if mutant.lab == lab and not (mutant.gpu and not torch.cuda.is_available()):
+                ids[f"mut_{mutant.name}"] = mutant.mutant_id
+                write_submission(submitted, f"mut_{mutant.name}", lab, tree, mutant.choice(tree))
+        for student in STUDENTS:
+            if student.lab == lab:
+                ids[f"heldout_{student.name}"] = student.student_id
+                write_package(student.package(tree), submitted / f"heldout_{student.name}" / lab / PACKAGE)
+        run = grade_run(RunOptions(lab, submitted, work / lab / "results", jobs=max(1, os.cpu_count() or 1),
+                                   force=True), Console(file=io.StringIO()), show_progress=False)
+        results |= {ids[sid]: result for sid, result in run.results.items()}
+    return results
+
+
+def public_part(lab_runs, key: str, lab: str) -> int:
+    """What `inferlab check` reports as the public part: the points its public tests secure (labkit/scoring.py)."""
+    return sum(p.earned for p in public_parts(load_rubric(lab), usable(lab_runs, key).tests))
+
+
+def correctness_lost(result: dict) -> int:
+    """Points the grader took on the items it graded, throughput aside (a timing, not a verdict on the code)."""
+    return sum(i["points"] - i["score"] for i in result["items"] if i["status"] != "blocked" and i["kind"] != "throughput")
+
+
+CASES = [(m.mutant_id, m.lab) for m in MUTANTS] + [(s.student_id, s.lab) for s in STUDENTS]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, lab", CASES, ids=[case for case, _ in CASES])
+def test_the_public_part_never_exceeds_the_grade_by_more_than_the_slack(lab_runs, grades, case, lab):
+    """Issue 33: the self-check's public part predicts the grade: on no mutant and no held-out student does it
+    exceed the grade by more than PROMISE_SLACK points (GPU items without CUDA: in neither)."""
+    mutant = next((m for m in MUTANTS if m.mutant_id == case), None)
+    if mutant is not None and mutant.gpu and not torch.cuda.is_available():
+        pytest.skip("a GPU-only mutant: graded only where CUDA exists")
+    public, result = public_part(lab_runs, f"selfcheck:{case}", lab), grades[case]
+    assert public - result["score"] <= PROMISE_SLACK, (
+        f"{case}: the self-check's public part is {public}, the grade {result['score']}: "
+        + "; ".join(f"{i['id']} {i['score']}/{i['points']} {i['status']}" for i in result["items"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, lab", CASES, ids=[case for case, _ in CASES])
+def test_passing_every_public_test_loses_at_most_the_slack(lab_runs, grades, case, lab):
+    """Issue 33: a tree that passes the whole public suite loses at most PROMISE_SLACK points of correctness at
+    the grader: no rule that costs more is checked only by hidden tests. A right held-out student passes it all."""
+    mutant = next((m for m in MUTANTS if m.mutant_id == case), None)
+    if mutant is not None and mutant.gpu and not torch.cuda.is_available():
+        pytest.skip("a GPU-only mutant: graded only where CUDA exists")
+    run = usable(lab_runs, f"selfcheck:{case}")
+    failed = by_outcome(run, ["failed", "error", "missing"])
+    student = next((s for s in STUDENTS if s.student_id == case), None)
+    if student is not None and student.right:
+        assert not failed, f"{case} is a right solution, yet public tests fail: {describe(run, failed)}"
+        assert correctness_lost(grades[case]) == 0, grades[case]["items"]
+    if not failed:
+        assert correctness_lost(grades[case]) <= PROMISE_SLACK, (
+            f"{case} passes every public test but loses {correctness_lost(grades[case])} points at the grader: "
+            + "; ".join(f"{i['id']} {i['score']}/{i['points']}" for i in grades[case]["items"]))

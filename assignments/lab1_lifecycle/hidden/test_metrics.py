@@ -76,6 +76,12 @@ EDGE_STORIES = {
                              ev("SCHEDULED", 6, 2, 2.1, is_prefill=False), ev("TOKEN", 6, 2, 2.5, index=1),
                              ev("SCHEDULED", 6, 3, 2.6, is_prefill=False), ev("TOKEN", 6, 3, 3.0, index=2),
                              ev("FINISHED", 6, 3, 3.0, reason="length", num_output_tokens=3), ev("FREED", 6, 3, 3.0)],
+    # aborted mid-decode after two tokens: TPOT still ends at FINISHED (the abort), not at the last token
+    "aborted_after_two_tokens": [ev("ARRIVED", 7, 0, 2.0, prompt_len=5), ev("QUEUED", 7, 0, 2.0, reason="new"),
+                                 ev("SCHEDULED", 7, 0, 2.25, is_prefill=True), ev("FIRST_TOKEN", 7, 0, 2.5, index=0),
+                                 ev("SCHEDULED", 7, 1, 2.6, is_prefill=False), ev("TOKEN", 7, 1, 3.0, index=1),
+                                 ev("FINISHED", 7, 4, 4.5, reason="abort", num_output_tokens=2),
+                                 ev("FREED", 7, 4, 4.5)],
 }
 
 

@@ -181,3 +181,39 @@ def test_output_tokens_are_counted_from_token_events(impl):
                     f"{m.num_output_tokens!r}", pytrace=False)
     assert_same_list("itls of a request still running", [0.25, 0.5], list(m.itls))
     check_metric("e2e of a request still running", m.e2e, None, "it has not FINISHED")
+
+
+@pytest.mark.points(1)
+def test_prompt_len_comes_from_arrived_even_after_a_prefix_hit(impl):
+    """A 6-token prompt whose first 4 tokens hit the prefix cache: its first SCHEDULED computes only 2
+    (num_new_tokens=2, num_cached_tokens=4). prompt_len is the prompt's length, which ARRIVED carries."""
+    log = [
+        ev("ARRIVED", 0, 0, 0.0, prompt_len=6), ev("QUEUED", 0, 0, 0.0, reason="new"),
+        ev("SCHEDULED", 0, 0, 0.25, is_prefill=True, num_new_tokens=2, num_cached_tokens=4, block_table=[3, 7]),
+        ev("FIRST_TOKEN", 0, 0, 0.5, index=0, token_id=9),
+        ev("FINISHED", 0, 0, 0.5, reason="length", num_output_tokens=1), ev("FREED", 0, 0, 0.5, blocks_freed=2),
+    ]
+    m = metrics_of(impl, log)[0]
+    if m.prompt_len != 6:
+        pytest.fail(f"prompt_len: expected 6 (ARRIVED's prompt_len; the first SCHEDULED computed only the 2 tokens "
+                    f"the prefix cache did not hold), got {m.prompt_len!r}", pytrace=False)
+
+
+@pytest.mark.points(1)
+def test_tpot_of_a_request_aborted_after_two_tokens(impl):
+    """Aborted after its second token: FINISHED (reason abort) is the abort's moment, 1.75, and TPOT ends there
+    as for any finished request (the handout's table): (1.75 - 0.5) / (2 - 1), counting the wait after the last
+    token. Its last token at 1.0 is not where TPOT ends."""
+    log = [
+        ev("ARRIVED", 0, 0, 0.0, prompt_len=3), ev("QUEUED", 0, 0, 0.0, reason="new"),
+        ev("SCHEDULED", 0, 0, 0.25, is_prefill=True, num_new_tokens=3, num_cached_tokens=0, block_table=[0]),
+        ev("FIRST_TOKEN", 0, 0, 0.5, index=0, token_id=4),
+        ev("SCHEDULED", 0, 1, 0.75, is_prefill=False, num_new_tokens=1, num_cached_tokens=3, block_table=[0]),
+        ev("TOKEN", 0, 1, 1.0, index=1, token_id=5),
+        ev("FINISHED", 0, 3, 1.75, reason="abort", num_output_tokens=2), ev("FREED", 0, 3, 1.75, blocks_freed=1),
+    ]
+    m = metrics_of(impl, log)[0]
+    check_metric("tpot of a request aborted after two tokens", m.tpot, (1.75 - 0.5) / (2 - 1),
+                 "(FINISHED 1.75, the abort - FIRST_TOKEN 0.5) / (2 tokens - 1)")
+    check_metric("e2e of a request aborted after two tokens", m.e2e, 1.75, "FINISHED 1.75 - ARRIVED 0.0")
+    assert_same_list("itls of a request aborted after two tokens", [0.5], list(m.itls))

@@ -11,7 +11,7 @@ policy in the scheduler's module docstring: prefill first, first come first
 served, budgets (max_num_seqs, max_num_batched_tokens, free KV blocks), and
 preemption of the newest running request by recompute. Block size is 4.
 A schedule line reads "prefill A:6 B:6" (sequence: tokens this step) or
-"decode A B" (one token each).
+"decode A B" (one token each). "Edge case N" in a docstring is docs/design.md §2's.
 """
 from __future__ import annotations
 
@@ -147,6 +147,24 @@ def test_no_overtaking_when_kv_blocks_run_short(impl, config_only_model_dir):
     check_schedule(["prefill A:8", "decode A", "decode A", "prefill B:12 C:2"], sim.run(), "4 KV blocks")
 
 
+@pytest.mark.points(1)
+@pytest.mark.covers("lab3.admit")
+def test_a_request_waiting_for_blocks_is_still_waiting(impl, config_only_model_dir):
+    """4 blocks. A: 8 tokens (2 blocks, max 3), B: 12 tokens (3 blocks): step 0 admits A; B, refused for lack of
+    KV blocks, stays at the head of `waiting` with status WAITING, holding no block (rule 2: a request becomes
+    RUNNING only when it is admitted). The engine reads the status: an abort, or a request's output, depends on it.
+    """
+    sim = Sim(impl, config_only_model_dir, 4, max_num_batched_tokens=32, max_model_len=16)
+    sim.add("A", 8, 3, first_token=10)
+    b = sim.add("B", 12, 1, first_token=40)
+    sim.step()
+    got = {"waiting": sim.queue("waiting"), "running": sim.queue("running"), "B status": b.status.name,
+           "B blocks": list(b.block_table)}
+    expected = {"waiting": ["B"], "running": ["A"], "B status": "WAITING", "B blocks": []}
+    if got != expected:
+        pytest.fail(f"after step 0 (B needs 3 blocks, 2 are free): expected {expected}, got {got}", pytrace=False)
+
+
 @pytest.mark.points(2)
 @pytest.mark.covers("lab3.admit")
 def test_no_overtaking_when_the_token_budget_runs_short(impl, config_only_model_dir):
@@ -275,7 +293,7 @@ def test_preemption_evicts_the_newest_and_requeues_it_first(impl, config_only_mo
 @pytest.mark.points(3)
 @pytest.mark.covers("lab3.schedule_decode", "lab3.preempt")
 def test_sequence_that_preempts_itself_is_not_scheduled(impl, config_only_model_dir):
-    """DESIGN 3. 3 blocks; A, B: 4-token prompts; A stops after 3 tokens, B after 2.
+    """Edge case 3. 3 blocks; A, B: 4-token prompts; A stops after 3 tokens, B after 2.
 
     step 0: A B (1 free block).  step 1: A takes the free block; B needs one, nobody is left to evict:
     B preempts itself and is not scheduled: decode A.  step 2: decode A (B needs 2 blocks, 1 free); A ends.
@@ -296,7 +314,7 @@ def test_sequence_that_preempts_itself_is_not_scheduled(impl, config_only_model_
 @pytest.mark.points(3)
 @pytest.mark.covers("lab3.schedule_decode", "lab3.preempt", "lab3.admit")
 def test_recompute_after_preemption_hits_the_prefix_cache(impl, config_only_model_dir):
-    """DESIGN 4. 4 blocks; A: 4 tokens (stops after 2); B: 8 tokens (stops after 3).
+    """Edge case 4. 4 blocks; A: 4 tokens (stops after 2); B: 8 tokens (stops after 3).
 
     step 0: A B (3 blocks used; B's 2 full blocks are computed, hence cached).
     step 1: A takes the last block; B's 9th token needs one: B preempts itself; decode A; A ends.
@@ -392,7 +410,7 @@ def test_chunked_prefill_splits_a_long_prompt(impl, config_only_model_dir):
 @pytest.mark.points(2)
 @pytest.mark.covers("lab3.chunked_prefill", "lab3.admit")
 def test_chunked_prefill_samples_only_when_the_prompt_is_done(impl, config_only_model_dir):
-    """DESIGN 9: after each chunk the computed count grows by the chunk; a token appears only after the last."""
+    """Edge case 9: after each chunk the computed count grows by the chunk; a token appears only after the last."""
     sim = Sim(impl, config_only_model_dir, 32, max_num_batched_tokens=8, max_model_len=32,
               enable_chunked_prefill=True)
     a = sim.add("A", 19, 2, first_token=100)
