@@ -23,6 +23,7 @@ other region bodies (`choose`), so the trees it tests are releases too.
 from __future__ import annotations
 
 import importlib.metadata
+import re
 from pathlib import Path
 
 from labkit.labs import earlier_labs, later_labs
@@ -69,18 +70,46 @@ def lab_test_files(tests_dir: Path, lab: str) -> list[Path]:
     return [conftest, *used_support(tests_dir, [conftest, *own])] + own
 
 
-def dependencies(root: Path) -> list[str]:
-    """The engine's runtime requirements, read from the course's pyproject (or installed metadata)."""
+# The lab whose graded code imports Triton (lab4.kv_store_kernel): its release installs Triton by default, since
+# its public tests check the kernel in Triton's interpreter on a CPU; the other releases never import it on
+# the CPU path and offer it as the `kernels` extra (about 290 MB: the course's own `kernels` extra).
+TRITON_LABS = ("lab4",)
+
+
+def release_test_text(text: str, lab: str) -> str:
+    """A public test module as a release ships it: its first line says what it is, not where the course keeps it.
+
+    In the course, the generated header names the file under assignments/ to edit instead; a release has no
+    such file (courseware/release_refs.py: every path a release names is in it).
+    """
+    first, _, rest = text.partition("\n")
+    if not first.startswith("# Generated from "):
+        return text
+    return (f"# The public tests of {lab} and their fixtures, as the course wrote them: run them, do not edit "
+            "them (the grader runs its own).\n" + rest)
+
+
+def dependencies(root: Path, extra: str | None = None) -> list[str]:
+    """The engine's runtime requirements (or one extra's), read from the course's pyproject (or installed metadata)."""
     try:
         import tomllib
-        return list(tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"])
+        project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+        return list(project["optional-dependencies"][extra] if extra else project["dependencies"])
     except (ImportError, OSError, KeyError):
         requires = importlib.metadata.requires("inferlab") or []
-        return [r for r in requires if "extra ==" not in r]
+        if not extra:
+            return [r for r in requires if "extra ==" not in r]
+        marker = re.compile(rf'\s*(?:and\s+)?extra\s*==\s*"{re.escape(extra)}"')
+        return [marker.sub("", r).rstrip(" ;") for r in requires if f'extra == "{extra}"' in r]
 
 
-def pyproject(lab: str, dependencies: list[str]) -> str:
-    deps = "".join(f'    "{d}",\n' for d in [*dependencies, "pytest>=8"])
+def pyproject(lab: str, dependencies: list[str], kernels: list[str] = ()) -> str:
+    """The release's pyproject.toml: the engine's requirements, and Triton (`kernels`) as lab 4 needs it."""
+    required = [*dependencies, "pytest>=8", *(kernels if lab in TRITON_LABS else [])]
+    deps = "".join(f'    "{d}",\n' for d in required)
+    extras = "" if lab in TRITON_LABS or not kernels else (
+        "\n[project.optional-dependencies]\n# Triton runs the GPU kernels (lab 4); this lab's code never imports it "
+        "on a CPU.\nkernels = [" + ", ".join(f'"{d}"' for d in kernels) + "]\n")
     return f'''[build-system]
 requires = ["setuptools>=61"]
 build-backend = "setuptools.build_meta"
@@ -92,7 +121,7 @@ description = "InferLab {lab}: student release"
 requires-python = ">=3.10"
 dependencies = [
 {deps}]
-
+{extras}
 [project.scripts]
 inferlab = "courseware.student_cli:main"
 
@@ -123,7 +152,8 @@ def release_code(lab: str, tree: ReferenceTree | None = None, root: Path = ROOT,
     """
     tree = tree or load_reference(root)
     tests_dir = root / PACKAGE / TESTS_DIR
-    tests = {f"{TESTS_DIR}/{p.name}": p.read_text(encoding="utf-8") for p in lab_test_files(tests_dir, lab)}
+    tests = {f"{TESTS_DIR}/{p.name}": release_test_text(p.read_text(encoding="utf-8"), lab)
+             for p in lab_test_files(tests_dir, lab)}
     given = release_package(tree, lab) | tests
     package = (release_package(tree, lab, choose) | tests) if choose else given
     tools = [*TOOL_MODULES, *standin_modules(later_labs(lab, root))]
@@ -132,7 +162,7 @@ def release_code(lab: str, tree: ReferenceTree | None = None, root: Path = ROOT,
     files |= {f"courseware/{name}": rewrite_imports((root / "courseware" / name).read_text(encoding="utf-8"))
               for name in tools}
     files |= _folder_texts(root / "labkit", "labkit")
-    files["pyproject.toml"] = pyproject(lab, dependencies(root))
+    files["pyproject.toml"] = pyproject(lab, dependencies(root), dependencies(root, "kernels"))
     return files
 
 

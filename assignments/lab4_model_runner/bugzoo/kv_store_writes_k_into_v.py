@@ -1,5 +1,4 @@
-"""(GPU) The KV-store kernel writes every token's K row into the V cache too (V pointer typo)."""
-GPU = True
+"""The KV-store kernel writes each K row into the V cache too (a V pointer typo; CPU interpreter and GPU)."""
 EDITS = {
     "lab4.kv_store_kernel": [
         ("tl.store(v_cache_ptr + slot.to(tl.int64) * ROW + offs, v, mask=mask)",
