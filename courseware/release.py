@@ -24,7 +24,8 @@ from labkit.labs import earlier_labs, lab as lab_entry, lab_folder, later_labs
 from labkit.manifest import Manifest
 from labkit.tree import PACKAGE, ROOT, TESTS_DIR, ReferenceTree, load_reference
 from courseware.later_labs import engine_section
-from courseware.release_code import TORCH_VERSION, release_code, write_files
+from courseware.release_code import TORCH_VERSION, TRITON_LABS, release_code, write_files
+from courseware.release_refs import docs_closure, release_texts
 from courseware.release_tutorials import copy_tutorials
 
 
@@ -76,6 +77,7 @@ python3 -m venv .venv && . .venv/bin/activate && pip install torch=={TORCH_VERSI
 ```
 
 (Any `torch>=2.4` works; installing the CPU wheel first keeps pip from pulling a large CUDA build.)
+{triton_note(lab)}
 
 ## Run the tests
 
@@ -114,6 +116,16 @@ release's own tools.
 """
 
 
+def triton_note(lab: str) -> str:
+    """What the release says about Triton (courseware/release_code.py TRITON_LABS decides)."""
+    if lab in TRITON_LABS:
+        return ("`pip install -e .` also installs Triton (about 290 MB; Linux x86-64 only, where its wheels exist): "
+                "your KV-store kernel is checked in Triton's interpreter on a CPU. Elsewhere that test is skipped, "
+                "and the handout says what the interpreter cannot do.\n")
+    return ("Triton is not needed here: this lab's code never imports it on a CPU "
+            "(`pip install -e '.[kernels]'` adds it for a GPU).\n")
+
+
 def _copy_handout(root: Path, lab: str, out: Path) -> Path | None:
     """The lab folder's public files (handout, report template, rubric, scripts); returns the handout's path, if any."""
     entry = lab_entry(lab, root)
@@ -129,6 +141,15 @@ def _copy_handout(root: Path, lab: str, out: Path) -> Path | None:
     return handout.relative_to(root) if handout.is_file() else None
 
 
+def copy_docs(root: Path, out: Path) -> list[str]:
+    """The course docs the release's files cite, and those they cite in turn (courseware/release_refs.py)."""
+    names = docs_closure([text for _, text in release_texts(out)], root / "docs")
+    (out / "docs").mkdir(exist_ok=True)
+    for name in names:
+        shutil.copy2(root / "docs" / name, out / "docs" / name)
+    return names
+
+
 def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
     """Write the lab's student repository into `out` (which must be absent or empty), its manifest last."""
     earlier_labs(lab, root)             # an unknown lab is refused before anything is written
@@ -140,9 +161,8 @@ def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
     write_files(release_code(lab, tree, root), out)     # the engine, its tests, the tools, pyproject.toml
     handout = _copy_handout(root, lab, out)
     tutorials = copy_tutorials(root, out, lab) if (root / "tutorials").is_dir() else ([], {})
-    (out / "docs").mkdir()
-    shutil.copy2(root / "docs" / "design.md", out / "docs" / "design.md")   # the public tests cite it
     (out / "README.md").write_text(readme(lab, tree, handout, *tutorials), encoding="utf-8")
+    copy_docs(root, out)
     (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n.venv/\n.pytest_cache/\nbuild/\n", encoding="utf-8")
     Manifest.of_folder(lab, tuple(later_labs(lab, root)), out).write(out)
     return out

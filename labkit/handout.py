@@ -1,12 +1,10 @@
 """A lab handout as a student reads it: `assignments/labN_*/README.md` with its shared parts included.
 
 Some text is the same for every lab, and must say the same thing everywhere:
-what of a student's code the grader runs (assignments/shared/what_is_graded.md)
-is written once and included where a handout has the line
-
-    <!-- include: assignments/shared/what_is_graded.md -->
-
-(the path is relative to the course root). The release ships the rendered
+what of a student's code the grader runs (`WHAT_IS_GRADED`, in the course's
+shared assignments folder) is written once and included where a handout has
+an include line (`include_line()`: an HTML comment naming the file, relative
+to the course root). The release ships the rendered
 handout and puts the same text in its README; `inferlab build` renders the
 handouts from here too. Before, each handout and the release README said it
 in its own words, and they disagreed.

@@ -6,7 +6,7 @@ context length that forgets the cached prefix all show up. Expected inputs are
 written out here as literal lists, worked out from the definitions in
 docs/architecture.md; the attention oracle is a plain per-sequence softmax
 written in this file; the end-to-end oracle is Hugging Face transformers
-running the same tiny model.
+running the same tiny model. "Edge case N" in a docstring is docs/design.md §2's.
 """
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def decode_inputs(impl, model_dir):
 @pytest.mark.points(3)
 @pytest.mark.covers("lab4.prepare_decode", "lab4.slot")
 def test_decode_positions_and_slots(impl, tiny_model_dir):
-    """DESIGN 6: the decode position is len - 1, and the new token's K/V go to that position's slot."""
+    """Edge case 6: the decode position is len - 1, and the new token's K/V go to that position's slot."""
     input_ids, positions, meta = decode_inputs(impl, tiny_model_dir)
     owners = [("D0", 8), ("D1", 3), ("D2", 12)]
     assert_token_aligned("positions (len - 1)", [8, 3, 12], ints(positions), owners)
