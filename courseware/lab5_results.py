@@ -132,7 +132,8 @@ def _labelled(groups: list[tuple[str, list]]) -> list[tuple[str, list]]:
 
 def summary_rows(runs: list[dict[str, Any]], steps: dict[str, list[dict[str, Any]]],
                  benches: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """results/summary.csv: the median of each group of runs with equal settings, then of each group of benches.
+    """results/summary.csv: the median of each group of runs with equal settings, then of each group of benches
+    (named, like runs, after its first member less a trailing _N: bench_quick_1 -> bench_quick).
 
     `runs` are rows of results/runs.csv (in file order), `steps` each run's
     steps rows by run name, `benches` each `inferlab bench` JSON by file stem.
@@ -154,7 +155,7 @@ def summary_rows(runs: list[dict[str, Any]], steps: dict[str, list[dict[str, Any
     by_bench: dict[tuple, list[tuple[str, dict]]] = {}
     for name, data in benches.items():
         by_bench.setdefault(bench_setting(data), []).append((name, data))
-    for label, members in _labelled([(f"bench_{m[0][1]['workload']}", m) for m in by_bench.values()]):
+    for label, members in _labelled([(group_label(m[0][0]), m) for m in by_bench.values()]):
         values = [bench_numbers(data) for _, data in members]
         row = {"group": label, "n": len(members), "runs": " ".join(name for name, _ in members)}
         row.update({c: _median(c, [v.get(c) for v in values]) for c in MEDIAN_COLUMNS if c in values[0]})

@@ -20,6 +20,7 @@ builds every release and looks for each answer in it.
 """
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -189,6 +190,10 @@ def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
     tutorials = copy_tutorials(root, out, lab) if (root / "tutorials").is_dir() else ([], {})
     (out / "docs").mkdir()
     shutil.copy2(root / "docs" / "design.md", out / "docs" / "design.md")   # the public tests cite it
+    cited = set(re.findall(r"docs/([\w-]+\.md)", (root / handout).read_text(encoding="utf-8"))) if handout else set()
+    for name in sorted(cited - {"design.md"}):          # and the handout's own references (lab 5: performance.md)
+        if (root / "docs" / name).is_file():
+            shutil.copy2(root / "docs" / name, out / "docs" / name)
     (out / "README.md").write_text(readme(lab, tree, handout, *tutorials), encoding="utf-8")
     (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n.venv/\n.pytest_cache/\nbuild/\n", encoding="utf-8")
     Manifest.of_folder(lab, tuple(later_labs(lab, root)), out).write(out)

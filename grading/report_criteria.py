@@ -5,7 +5,8 @@ inline code after 判据:
 
     判据：`results/summary.csv[seqs16].decode_step_median_ms < 4 × results/summary.csv[seqs4].decode_step_median_ms`
 
-that is, what must hold on the data for the explanation to stand. The
+that is, what must hold on the data for the explanation to stand (several,
+each in backquotes after 判据, must all hold). The
 grader looks the cells up in the submitted CSV files and decides it, so:
 
 - the conclusion (成立 / 被否定) must be what the criterion gives on the data;
@@ -31,7 +32,8 @@ CELL = r"results/[\w.\-/]+\.csv\[[^\]]+\]\.\w+"
 NUM = r"[-+]?\d+(?:\.\d+)?"
 TERM = rf"(?:{NUM}\s*[×x*]\s*{CELL}|{CELL}\s*[×x*]\s*{NUM}|{CELL}|{NUM})"
 OPS = {"<=": operator.le, "≤": operator.le, ">=": operator.ge, "≥": operator.ge, "<": operator.lt, ">": operator.gt}
-CRITERION = re.compile(rf"判据\s*[:：]\s*`\s*({TERM})\s*(<=|>=|≤|≥|<|>)\s*({TERM})\s*`")
+EXPRESSION = re.compile(rf"`\s*({TERM})\s*(<=|>=|≤|≥|<|>)\s*({TERM})\s*`")
+CRITERION_MARK = re.compile(r"判据\s*[:：]")
 CELL_PARTS = re.compile(r"(results/[\w.\-/]+\.csv)\[([^\]]+)\]\.(\w+)")
 MAX_FACTOR = 10.0
 
@@ -98,12 +100,17 @@ def verdict(conclusion: str) -> bool | None:
 
 
 def criterion_lines(prediction: str, conclusion: str, folder: Path) -> tuple[list[str], list[str]]:
-    """(what holds, what is wrong) about the criteria of one explanation."""
+    """(what holds, what is wrong) about the criteria of one explanation.
+
+    The explanation stands (成立) when every criterion holds on the data, and
+    is refuted (被否定) when any fails; the conclusion must say which.
+    """
     good, bad = [], []
-    found = CRITERION.findall(prediction)
+    mark = CRITERION_MARK.search(prediction)
+    found = EXPRESSION.findall(prediction[mark.end():]) if mark else []
     if not found:
         return good, ["the prediction states no criterion (判据：`CELL < BOUND`) that the data could refute"]
-    said = verdict(conclusion)
+    decided: list[tuple[str, bool, str]] = []
     for left_text, op, right_text in found:
         left, right = parse_term(left_text), parse_term(right_text)
         shown = f"`{left.text} {op} {right.text}`"
@@ -112,15 +119,18 @@ def criterion_lines(prediction: str, conclusion: str, folder: Path) -> tuple[lis
         except ValueError as err:
             bad.append(f"criterion {shown}: {err}")
             continue
-        measured = a if left.cell is not None else b
-        problem = derivation_problem(left, right, measured)
+        problem = derivation_problem(left, right, a if left.cell is not None else b)
         if problem:
             bad.append(f"criterion {shown}: {problem}")
             continue
-        holds = OPS[op](a, b)
-        if said is not None and said != holds:
-            bad.append(f"criterion {shown} is {'true' if holds else 'false'} on your data ({a:g} {op} {b:g}), "
-                       f"so the explanation is {'成立' if holds else '被否定'}, not what the conclusion says")
-        else:
-            good.append(f"criterion {shown}: {a:g} {op} {b:g} is {holds}, as the conclusion says")
+        decided.append((shown, OPS[op](a, b), f"{a:g} {op} {b:g}"))
+    if bad or not decided:
+        return good, bad
+    stands, said = all(holds for _, holds, _ in decided), verdict(conclusion)
+    on_data = "; ".join(f"{shown}: {numbers} is {holds}" for shown, holds, numbers in decided)
+    if said is not None and said != stands:
+        bad.append(f"on your data {on_data}, so the explanation is {'成立' if stands else '被否定'}, "
+                   "not what the conclusion says")
+    else:
+        good.append(f"on your data {on_data}: {'成立' if stands else '被否定'}, as the conclusion says")
     return good, bad

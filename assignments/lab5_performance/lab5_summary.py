@@ -8,7 +8,7 @@ writes results/summary.csv: one row per group of runs with equal settings
 (repeats; the group is named after its first run, less a trailing _N), with
 the number of runs, their names, the settings and the median of each
 measured column, and one row per group of repeated bench files
-(bench_<workload>). Run it again after every new run: the file is rewritten
+(named after its first file: bench_quick_1.json -> bench_quick). Run it again after every new run: the file is rewritten
 whole. The lab 5 grader recomputes it from the same files the same way
 (courseware/lab5_results.py), so a number cited from it is a median of
 the submitted runs.
