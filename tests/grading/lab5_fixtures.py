@@ -98,8 +98,9 @@ def chain_block(calls_file: Path, notes: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def preemption_block(log: Path) -> str:
-    """A PREEMPTED event, the victim's QUEUED, the next STEP and the victim's next SCHEDULED, as logged."""
+def preemption_block(log: Path, then_step: bool = False) -> str:
+    """A PREEMPTED event, the victim's QUEUED, the next STEP and the victim's next SCHEDULED, as logged
+    (`then_step`: and the STEP event after that)."""
     lines = log.read_text(encoding="utf-8").splitlines()
     events = [json.loads(text) for text in lines]
     start = next(i for i, e in enumerate(events) if e["event"] == "PREEMPTED")
@@ -108,7 +109,10 @@ def preemption_block(log: Path) -> str:
     step = next(i for i in range(queued, len(events)) if events[i]["event"] == "STEP")
     back = next(i for i in range(step, len(events))
                 if events[i]["event"] == "SCHEDULED" and events[i]["seq_id"] == victim)
-    return "\n".join(lines[i] for i in (start, queued, step, back))
+    picked = [start, queued, step, back]
+    if then_step:
+        picked.append(next(i for i in range(back, len(events)) if events[i]["event"] == "STEP"))
+    return "\n".join(lines[i] for i in picked)
 
 
 def step_events_block(log: Path, count: int = 3) -> str:
@@ -203,13 +207,13 @@ def wrong_submission(folder: Path) -> Path:
     _quiet(run.main, ["kv40_1", "--out", str(folder / "runs"), "--results", str(folder / "results"),
                       "--requests", str(REQUESTS), "--warmup", "1", "--max-num-seqs", "8", "--num-kvcache-blocks", "40"])
     row = rows(folder / "results" / "runs.csv")[0]
-    notes = {name: ("control plane" if name == "ModelRunner.run" else "") for name in CHAIN}
+    notes = {**CHAIN, "ModelRunner.run": "control plane"}          # right everywhere but the one the issue names
     (folder / "figures").mkdir()
     (folder / "figures" / "tput.png").write_bytes(one_pixel_png())
     report = fill((FIXTURES / "wrong_report.md").read_text(encoding="utf-8"), {
         "chain": chain_block(folder / "runs" / "kv40_1_calls.txt", notes),
         "run_row": f"| kv40_1 | {row['preemptions']} | {_f(row['output_tok_per_s'])} |",
-        "preemption": preemption_block(folder / "runs" / "kv40_1.jsonl"),
+        "preemption": preemption_block(folder / "runs" / "kv40_1.jsonl", then_step=True),
         "tok": _f(row["output_tok_per_s"]),
     })
     (folder / "report.md").write_text(report, encoding="utf-8")
