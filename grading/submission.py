@@ -19,7 +19,7 @@ from pathlib import Path
 
 from labkit.tree import PACKAGE, ReferenceTree, generate
 from labkit.labs import exercise_labs
-from courseware.release_code import release_package
+from labkit.tree import release_package
 from labkit.student_code import Extraction, RegionStatus, read_student_code
 
 __all__ = ["Extraction", "RegionStatus", "Submission", "extract", "file_hashes", "find_submissions",
