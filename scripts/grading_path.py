@@ -2,9 +2,10 @@
 
     python scripts/grading_path.py [--per-submission]
 
-Writes one solved lab 2 submission, then runs `inferlab grade run` in this
-process under a profile hook (every thread) that records the file of each
-function called: from the CLI to the result file, or with --per-submission
+Writes one solved lab 2 submission, then runs `inferlab grade run` (grading/cli.py's
+command, parsed as the CLI parses it) in this process under a profile hook
+(every thread) that records the file of each function called: from the
+command to the result file, or with --per-submission
 only inside `grading.grade_run.grade_submission` (what each student costs,
 run-wide setup aside). Module and class bodies run at import are not counted;
 the graded process (another process, running grading/payload/) is not either.
@@ -36,7 +37,11 @@ def main() -> int:
     per_submission = "--per-submission" in sys.argv
     work = Path(tempfile.mkdtemp(prefix="grading-path-"))
     subprocess.run([sys.executable, "-c", WRITE_SUBMISSION, str(work / "submitted")], cwd=ROOT, check=True)
-    from inferlab.cli import main as inferlab   # imported before the hook: only calls count
+    import argparse
+
+    from grading.cli import add_parsers      # what `inferlab grade` dispatches to; imported before the hook
+    parser = argparse.ArgumentParser(prog="inferlab")
+    add_parsers(parser.add_subparsers(dest="command", required=True))
 
     seen: dict[str, set[str]] = {}
     inside = threading.local()
@@ -56,8 +61,9 @@ def main() -> int:
     threading.setprofile(record)
     sys.setprofile(record)
     try:
-        status = inferlab(["grade", "run", "--lab", "lab2", "--submissions", str(work / "submitted"),
-                           "--out", str(work / "out")])
+        args = parser.parse_args(["grade", "run", "--lab", "lab2", "--submissions", str(work / "submitted"),
+                                  "--out", str(work / "out")])
+        status = args.func(args)
     finally:
         sys.setprofile(None)
         threading.setprofile(None)
