@@ -10,6 +10,14 @@ from __future__ import annotations
 
 import argparse
 
+# Engine flags give no default of their own: a flag left out is not passed on, and the engine's Config
+# default applies (one definition of each setting, reference/config.py). The choices are Config's too,
+# spelled here so that building a parser imports no engine (tests/test_cli.py checks they agree).
+ENGINE_DEFAULT = "default: the engine's own (reference/config.py)"
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+BACKENDS = ("auto", "torch", "triton", "flash-attn")
+
 
 def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
     from courseware.terminal import make_console
@@ -33,9 +41,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the three commands to `sub`; returns the `bench` parser (offline options only)."""
-    from courseware.bench import BENCH_ENGINE
-    from reference.config import BACKENDS, DEVICES, config_default
-
     tiny = sub.add_parser("make-tiny-model", help="write the built-in tiny Qwen3 model to a folder")
     tiny.add_argument("dir")
     tiny.add_argument("--seed", type=int, default=0)
@@ -53,19 +58,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     bench.add_argument("--compare", choices=["hf", "none"], default="none")
     bench.add_argument("--hf-batch-size", type=int, default=256,
                        help="the largest transformers batch tried with --compare hf (halved on out-of-memory)")
-    bench.add_argument("--device", choices=DEVICES, default=config_default("device"))
+    bench.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
     bench.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    bench.add_argument("--backend", choices=BACKENDS, default=config_default("attention_backend"))
+    bench.add_argument("--backend", choices=BACKENDS, default=None, help=ENGINE_DEFAULT)
     bench.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     bench.add_argument("--scheduling", choices=["async", "sync", "both"], default="async",
                        help="async: schedule step k+1 while step k computes; both: run sync, then async")
-    bench.add_argument("--max-num-seqs", type=int, default=config_default("max_num_seqs"))
+    bench.add_argument("--max-num-seqs", type=int, default=None, help=ENGINE_DEFAULT)
     bench.add_argument("--max-num-batched-tokens", type=int, default=None,
-                       help=f"default {BENCH_ENGINE['max_num_batched_tokens']}, the bench's own setting "
-                            "(courseware/bench.py says why)")
-    bench.add_argument("--block-size", type=int, default=config_default("kvcache_block_size"))
-    bench.add_argument("--seed", type=int, default=config_default("seed"))
-    bench.add_argument("--tensor-parallel-size", type=int, default=config_default("tensor_parallel_size"),
+                       help="default: the bench's own setting (courseware/bench.py BENCH_ENGINE says which and why)")
+    bench.add_argument("--block-size", type=int, default=None, help=ENGINE_DEFAULT)
+    bench.add_argument("--seed", type=int, default=0, help="the workload's seed (prompts and lengths)")
+    bench.add_argument("--tensor-parallel-size", type=int, default=None,
                        help="split the model over N GPUs (needs --scheduling sync)")
     bench.add_argument("--out", default=None, help="write the results as JSON here")
     bench.set_defaults(func=_cmd_bench)

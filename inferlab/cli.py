@@ -4,12 +4,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from courseware.measure_cli import BACKENDS, DEVICES, DTYPES, ENGINE_DEFAULT  # noqa: F401 (the engine flags' choices)
+from courseware.measure_cli import add_parsers as add_measure_parsers
 from courseware.terminal import make_console, print_error
+
+
+def engine_settings(args: argparse.Namespace, names: dict[str, str]) -> dict:
+    """{Config field: value} for the engine flags given on the command line (`names`: flag dest -> field)."""
+    return {field: getattr(args, dest) for dest, field in names.items() if getattr(args, dest, None) not in (None, False)}
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from courseware.demo import run_demo
-    run_demo(args.model, args.device, args.log, tensor_parallel_size=args.tensor_parallel_size)
+    run_demo(args.model, args.log, **engine_settings(args, {"device": "device",
+                                                            "tensor_parallel_size": "tensor_parallel_size"}))
     return 0
 
 
@@ -43,11 +51,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from courseware.tiny_model import ensure_tiny_model
     from reference.serving.api_server import serve
     model = args.model or str(ensure_tiny_model())
-    engine = {"device": args.device, "dtype": args.dtype, "max_num_seqs": args.max_num_seqs,
-              "max_num_batched_tokens": args.max_num_batched_tokens, "kvcache_block_size": args.block_size,
-              "num_kvcache_blocks": args.num_kvcache_blocks, "max_model_len": args.max_model_len,
-              "enable_chunked_prefill": args.enable_chunked_prefill, "async_scheduling": args.async_scheduling,
-              "enforce_eager": args.enforce_eager, "lifecycle_log": args.lifecycle_log}
+    engine = engine_settings(args, {
+        "device": "device", "dtype": "dtype", "max_num_seqs": "max_num_seqs",
+        "max_num_batched_tokens": "max_num_batched_tokens", "block_size": "kvcache_block_size",
+        "num_kvcache_blocks": "num_kvcache_blocks", "max_model_len": "max_model_len",
+        "enable_chunked_prefill": "enable_chunked_prefill", "async_scheduling": "async_scheduling",
+        "enforce_eager": "enforce_eager", "lifecycle_log": "lifecycle_log"})
     make_console(stderr=True).print(f"serving [bold]{model}[/bold] on http://{args.host}:{args.port}/v1")
     serve(model, args.host, args.port, args.served_model_name, args.max_waiting_requests, **engine)
     return 0
@@ -80,16 +89,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from courseware.measure_cli import add_parsers as add_measure_parsers
-    from reference.config import BACKENDS, DEVICES, DTYPES, config_default
     parser = argparse.ArgumentParser(prog="inferlab", description="InferLab: a teaching LLM inference engine.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run a batch of chat prompts through the reference engine")
-    demo.add_argument("--device", choices=DEVICES, default=config_default("device"))
+    demo.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
     demo.add_argument("--model", default=None, help="Hugging Face model folder (default: the built-in tiny model)")
     demo.add_argument("--log", default="inferlab_logs/demo.jsonl", help="where to write the lifecycle log")
-    demo.add_argument("--tensor-parallel-size", type=int, default=config_default("tensor_parallel_size"),
+    demo.add_argument("--tensor-parallel-size", type=int, default=None,
                       help="split the model over N processes (N GPUs on CUDA; gloo on the CPU)")
     demo.set_defaults(func=_cmd_demo)
 
@@ -130,13 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", default=None, help="the `model` clients send (default: folder name)")
     serve.add_argument("--max-waiting-requests", type=int, default=256,
                        help="past this many requests waiting, answer 503 with Retry-After")
-    serve.add_argument("--device", choices=DEVICES, default=config_default("device"))
-    serve.add_argument("--dtype", choices=list(DTYPES), default=config_default("dtype"))
-    serve.add_argument("--max-num-seqs", type=int, default=config_default("max_num_seqs"))
-    serve.add_argument("--max-num-batched-tokens", type=int, default=config_default("max_num_batched_tokens"))
-    serve.add_argument("--max-model-len", type=int, default=config_default("max_model_len"))
-    serve.add_argument("--block-size", type=int, default=config_default("kvcache_block_size"))
-    serve.add_argument("--num-kvcache-blocks", type=int, default=config_default("num_kvcache_blocks"))
+    serve.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--dtype", choices=DTYPES, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-num-seqs", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-num-batched-tokens", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-model-len", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--block-size", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--num-kvcache-blocks", type=int, default=None, help=ENGINE_DEFAULT)
     serve.add_argument("--enable-chunked-prefill", action="store_true")
     serve.add_argument("--async-scheduling", action="store_true")
     serve.add_argument("--enforce-eager", action="store_true")
