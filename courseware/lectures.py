@@ -79,7 +79,7 @@ def citation_problems(text: str) -> list[str]:
     problems = []
     by_title = {entry.title: entry for entry in LECTURES}
     for match in CITATION.finditer(text):
-        where, number, title = match.group(1), match.group(2), match.group(3)
+        where, title = match.group(1), match.group(3)
         entry = by_title.get(title)
         if entry is None:
             problems.append(f"cites 《{title}》, which is not the title of a course document "

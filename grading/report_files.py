@@ -14,6 +14,8 @@ import csv
 import json
 from pathlib import Path
 
+from grading.report_markdown import sections
+
 MAX_EVIDENCE_BYTES = 20 << 20
 GOOD, BAD, MISSING = "GOOD", "BAD", "MISSING"
 
@@ -65,3 +67,10 @@ def read_json(path: Path) -> object:
         return json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except json.JSONDecodeError:
         return None
+
+
+def section(text: str, name: str) -> tuple[str | None, list[str]]:
+    """The body of the report's sections headed `name` (joined), or None and the MISSING line."""
+    found = sections(text, name)
+    return ("\n\n".join(found), []) if found else (None, [line(MISSING, f"a section headed '{name}'",
+                                                                "keep the template's section headings")])

@@ -20,7 +20,6 @@ real release and expects each to be found.
 """
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shutil

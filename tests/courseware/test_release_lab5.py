@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from courseware.release import make_release
-from grading.report_content import read_call_tree
+from grading.report_chain import read_call_tree
 
 BLOCKED = ("reference", "grading", "inferlab")
 

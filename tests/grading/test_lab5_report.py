@@ -17,7 +17,7 @@ import pytest
 from grading.grade_run import RunOptions, grade_run
 from grading.report import make_reports
 from grading.report_check import check_report
-from grading.report_content import match_chain
+from grading.report_chain import match_chain
 from grading.report_criteria import criterion_lines
 from grading.report_png import PngError, read_png
 from grading.ta_marks import MarksError, read_marks, write_sheet
