@@ -76,6 +76,20 @@ def test_the_honest_report_scores_high(graded):
     assert graded["before"]["empty"] == 0
 
 
+def test_results_with_pending_and_marked_ta_items_fit_the_schemas(graded):
+    import jsonschema
+    from grading.report import gradescope_results
+    schemas = Path(__file__).resolve().parents[2] / "grading" / "schemas"
+    result_schema = json.loads((schemas / "result.schema.json").read_text(encoding="utf-8"))
+    gradescope_schema = json.loads((schemas / "gradescope.schema.json").read_text(encoding="utf-8"))
+    for result in graded["results"].values():
+        jsonschema.validate(result, result_schema)
+        assert {i["status"] for i in result["items"] if i["kind"] == "ta"} == {"pending"}
+    for path in (graded["paths"].gradescope).glob("*/results.json"):
+        jsonschema.validate(json.loads(path.read_text(encoding="utf-8")), gradescope_schema)
+    jsonschema.validate(gradescope_results(graded["results"]["wrong"]), gradescope_schema)
+
+
 def test_feedback_comes_from_the_checks_and_the_ta(graded):
     feedback = (graded["paths"].feedback / "wrong.md").read_text(encoding="utf-8")
     assert "## Marked by a TA" in feedback and "CPU fan" in feedback
