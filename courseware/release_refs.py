@@ -6,7 +6,9 @@ must point at something in it. The kinds of reference, and what resolves each:
 
 - `docs/NAME.md` (optionally `§N`): the file is in the release's docs/ (and has a
   `## N.` heading). `docs_closure` is how a release decides which docs to ship:
-  every doc its files cite, and every doc those cite, so this always holds.
+  every doc its files cite, and every doc those cite, so this always holds;
+  except the staff's docs (`STAFF_DOCS`: the grader's inside, which names hidden
+  tests), which the README lists as not shipped, with why.
 - a path under `assignments/` or `tutorials/`: the file is in the release.
 - a tutorial, `T05`, `Tutorial 05` (optionally `§N` or `第 N 节`): the notebook is
   shipped (and has a `## N.` heading); or, outside the lab's handout, the
@@ -75,17 +77,41 @@ def cited_docs(text: str) -> set[str]:
     return {m["name"] for m in DOC.finditer(text)}
 
 
-def docs_closure(texts: list[str], docs: Path) -> list[str]:
-    """Names of the docs in `docs` that `texts` cite, directly or through the docs they cite."""
+# The course's documents for its staff, never shipped: how the grader works inside, which hidden tests grade
+# what, the mutant audits, TA recipes (tests/courseware/test_answer_leaks.py finds hidden test names in them).
+# A release that cites one says so in its README (`not_shipped_docs`), which is how such a reference resolves.
+STAFF_DOCS = {"grading.md": "how the grader works inside, for the course's staff",
+              "labs.md": "how the labs, their tests and the bug zoo are made, for the course's staff",
+              "workflows.md": "the teaching assistants' recipes"}
+
+
+def docs_closure(texts: list[str], docs: Path) -> tuple[list[str], list[str]]:
+    """(docs to ship, staff docs cited): those `texts` cite, directly or through the shipped docs they cite."""
     wanted: set[str] = set()
+    staff: set[str] = set()
     queue = [name for text in texts for name in cited_docs(text)]
     while queue:
         name = queue.pop()
+        if name in STAFF_DOCS:
+            staff.add(name)
+            continue
         if name in wanted or not (docs / name).is_file():
             continue
         wanted.add(name)
         queue += cited_docs((docs / name).read_text(encoding="utf-8"))
-    return sorted(wanted)
+    return sorted(wanted), sorted(staff)
+
+
+def not_shipped_docs(names: list[str]) -> str:
+    """The README's list of cited course docs a release does not ship, each with why."""
+    return "\n".join(f"  - `docs/{name}`: {STAFF_DOCS[name]}." for name in names)
+
+
+def _explained_docs(release: Path) -> set[str]:
+    """Course docs the release README lists as cited but not shipped, with a reason."""
+    readme = release / "README.md"
+    text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    return {m[1] for m in re.finditer(r"^\s*- `docs/([\w-]+\.md)`: \S", text, re.M)}
 
 
 def _explained_tutorials(release: Path) -> set[str]:
@@ -98,7 +124,7 @@ def _explained_tutorials(release: Path) -> set[str]:
 def references(release: Path) -> list[Reference]:
     """Every reference the release's files make, each with why it does not resolve ('' when it does)."""
     shipped = {p.name.split("_")[1]: p for p in (release / "tutorials").glob("Tutorial_*.ipynb")}
-    explained = _explained_tutorials(release)
+    explained, staff = _explained_tutorials(release), _explained_docs(release)
     design = release / "docs" / "design.md"
     edge_cases = set(re.findall(r"Edge case (\d+) —", design.read_text(encoding="utf-8"))) if design.is_file() else set()
     found: list[Reference] = []
@@ -107,8 +133,9 @@ def references(release: Path) -> list[Reference]:
         for number, line in enumerate(text.splitlines(), 1):
             for m in DOC.finditer(line):
                 target = release / "docs" / m["name"]
-                problem = "" if target.is_file() else f"docs/{m['name']} is not in the release"
-                if not problem and m["section"] and m["section"] not in _headings(target.read_text(encoding="utf-8")):
+                problem = "" if target.is_file() or m["name"] in staff else f"docs/{m['name']} is not in the release"
+                if (not problem and target.is_file() and m["section"]
+                        and m["section"] not in _headings(target.read_text(encoding="utf-8"))):
                     problem = f"docs/{m['name']} has no section {m['section']}"
                 found.append(Reference(rel, number, m[0], problem))
             for m in PATH.finditer(line) if not rel.startswith("docs/") else ():

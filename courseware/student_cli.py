@@ -12,6 +12,7 @@ release's own tools first (courseware/release_root.py). The course's
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -25,7 +26,7 @@ BENCH_WORKLOAD = "quick"
 def demo() -> int:
     """The course's demo (courseware/demo.py) on this tree's engine, on the CPU: your regions serve a batch."""
     from courseware.demo import run_demo
-    outputs = run_demo(None, "cpu", DEMO_LOG)
+    outputs = run_demo(None, DEMO_LOG, device="cpu")
     return 1 if any(out.get("error") for out in outputs) else 0
 
 
@@ -60,16 +61,21 @@ def trace(log: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    """check and demo; then lab 5's measurement commands where its release ships them, else bench and trace."""
     parser = argparse.ArgumentParser(prog="inferlab", description="InferLab lab tools (student release).")
     sub = parser.add_subparsers(dest="command", required=True)
     cmd = sub.add_parser("check", help="run a lab's public tests and print your score")
     cmd.add_argument("lab", help="a lab whose public tests this tree has (student_exercises/tests/test_labN_*.py)")
     sub.add_parser("demo", help="serve a small batch through your engine on the tiny model")
-    cmd = sub.add_parser("bench", help="time your engine on a fixed workload on the tiny model")
-    cmd.add_argument("--workload", choices=["quick", "bench-256"], default=BENCH_WORKLOAD)
-    cmd = sub.add_parser("trace", help="per-request and per-step metrics of a lifecycle log (your metrics code)")
-    cmd.add_argument("log", nargs="?", default=DEMO_LOG)
-    assert set(sub.choices) == set(RELEASE_COMMANDS)
+    if importlib.util.find_spec("courseware.measure_cli") is not None:    # a lab that measures the engine (lab 5)
+        from courseware.measure_cli import add_parsers
+        add_parsers(sub)           # bench (every option), trace, make-tiny-model: the course's own commands
+    else:
+        cmd = sub.add_parser("bench", help="time your engine on a fixed workload on the tiny model")
+        cmd.add_argument("--workload", choices=["quick", "bench-256"], default=BENCH_WORKLOAD)
+        cmd = sub.add_parser("trace", help="per-request and per-step metrics of a lifecycle log (your metrics code)")
+        cmd.add_argument("log", nargs="?", default=DEMO_LOG)
+    assert set(RELEASE_COMMANDS) <= set(sub.choices)
     return parser
 
 
@@ -80,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return handed
     args = parser().parse_args(argv)
     try:
+        if hasattr(args, "func"):                  # lab 5's measurement commands (courseware/measure_cli.py)
+            return args.func(args)
         if args.command == "check":
             from courseware.selfcheck import check
             return check(args.lab)

@@ -14,20 +14,22 @@ import pytest
 
 from courseware.release import make_release
 from courseware.release_refs import references, unresolved
-from labkit.tree import LABS
+from labkit.labs import all_labs
+
+RELEASED = [lab.lab_id for lab in all_labs()]      # every lab has a release (lab 5's: the whole engine, no regions)
 
 
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory):
     base = tmp_path_factory.mktemp("references")
-    return {lab: make_release(lab, base / lab) for lab in LABS}
+    return {lab: make_release(lab, base / lab) for lab in RELEASED}
 
 
-@pytest.mark.parametrize("lab", LABS)
+@pytest.mark.parametrize("lab", RELEASED)
 def test_every_reference_in_a_release_resolves_there(releases, lab):
     assert unresolved(releases[lab]) == []
     found = {r.text for r in references(releases[lab])}
-    assert "docs/design.md §2" in found, "the public tests' and rubric's edge cases cite design.md §2"
+    assert any(text.startswith("docs/design.md") for text in found), "the release's files cite the design doc"
     assert any(text.startswith("T0") for text in found), "the handout's tutorials are references too"
 
 
