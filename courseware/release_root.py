@@ -25,7 +25,6 @@ be imported.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -48,17 +47,21 @@ def tools_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def hand_over(argv: list[str], start: Path | None = None) -> int | None:
-    """Run `inferlab argv` with the tools of the release around `start`, if that is not this process's tree.
+def hand_over(argv: list[str], start: Path | None = None) -> None:
+    """Become `inferlab argv` run by the tools of the release around `start`, if that is not this process's tree.
 
-    Returns the child's exit status, or None when this process already runs
-    the right tree (or is outside every release) and should go on itself.
+    The process is replaced (exec), so the command's exit status, output and
+    signals are the release's command's own; it returns (None) only when this
+    process already runs the right tree, or is outside every release, and
+    should go on itself.
     """
     root = release_root(start)
     if root is None or root == tools_root():
         return None
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return subprocess.call([sys.executable, "-m", "courseware.student_cli", *argv], env=env)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "courseware.student_cli", *argv], env)
 
 
 def same_tree(package_file: str, tools_file: str) -> None:

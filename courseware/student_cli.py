@@ -12,7 +12,6 @@ release's own tools first (courseware/release_root.py). The course's
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -67,7 +66,8 @@ def parser() -> argparse.ArgumentParser:
     cmd = sub.add_parser("check", help="run a lab's public tests and print your score")
     cmd.add_argument("lab", help="a lab whose public tests this tree has (student_exercises/tests/test_labN_*.py)")
     sub.add_parser("demo", help="serve a small batch through your engine on the tiny model")
-    if importlib.util.find_spec("courseware.measure_cli") is not None:    # a lab that measures the engine (lab 5)
+    # Beside this file, not found by import: an editable install of the course would offer its own measure_cli.
+    if (Path(__file__).with_name("measure_cli.py")).is_file():            # a lab that measures the engine (lab 5)
         from courseware.measure_cli import add_parsers
         add_parsers(sub)           # bench (every option), trace, make-tiny-model: the course's own commands
     else:
@@ -81,9 +81,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    handed = hand_over(argv)
-    if handed is not None:
-        return handed
+    hand_over(argv)        # inside another tree's release: becomes that release's command, never returns
     args = parser().parse_args(argv)
     try:
         if hasattr(args, "func"):                  # lab 5's measurement commands (courseware/measure_cli.py)

@@ -181,9 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in RELEASE_COMMANDS:
-        handed = hand_over(argv)       # inside a student release: its own tools, on the student's code
-        if handed is not None:
-            return handed
+        hand_over(argv)    # inside a student release: becomes its own tools' command, on the student's code
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
