@@ -62,7 +62,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
               "enable_chunked_prefill": args.enable_chunked_prefill, "async_scheduling": args.async_scheduling,
               "enforce_eager": args.enforce_eager, "lifecycle_log": args.lifecycle_log}
     make_console(stderr=True).print(f"serving [bold]{model}[/bold] on http://{args.host}:{args.port}/v1")
-    serve(model, args.host, args.port, args.served_model_name, args.max_waiting_requests, **engine)
+    serve(model, args.host, args.port, args.served_model_name, args.max_waiting_requests, args.max_request_bytes,
+          args.drain_timeout, **engine)
     return 0
 
 
@@ -95,6 +96,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from courseware.bench import BENCH_ENGINE
     from reference.config import BACKENDS, DEVICES, DTYPES, config_default
+    from reference.serving import defaults as serving_defaults
     parser = argparse.ArgumentParser(prog="inferlab", description="InferLab: a teaching LLM inference engine.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -148,8 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--served-model-name", default=None, help="the `model` clients send (default: folder name)")
-    serve.add_argument("--max-waiting-requests", type=int, default=256,
+    serve.add_argument("--max-waiting-requests", type=int, default=serving_defaults.MAX_WAITING_REQUESTS,
                        help="past this many requests waiting, answer 503 with Retry-After")
+    serve.add_argument("--max-request-bytes", type=int, default=serving_defaults.MAX_REQUEST_BYTES,
+                       help="answer 413 to a request body larger than this many bytes (default: %(default)s)")
+    serve.add_argument("--drain-timeout", type=float, default=serving_defaults.DRAIN_TIMEOUT_S,
+                       help="on SIGINT/SIGTERM, seconds running requests may go on before they are ended "
+                            "(default: %(default)s)")
     serve.add_argument("--device", choices=DEVICES, default=config_default("device"))
     serve.add_argument("--dtype", choices=list(DTYPES), default=config_default("dtype"))
     serve.add_argument("--max-num-seqs", type=int, default=config_default("max_num_seqs"))
@@ -205,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve_load.add_argument("--goodput", nargs="*", default=[], metavar="KEY:MS",
                             help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:5000 (milliseconds)")
     serve_load.add_argument("--max-concurrency", type=int, default=None)
+    serve_load.add_argument("--disconnect", type=int, default=0, metavar="N",
+                            help="also send N requests per rate whose clients leave after their first token")
+    serve_load.add_argument("--compare-tokens", default=None, metavar="REPORT",
+                            help="check every request's token ids against an earlier --out report")
     serve_load.add_argument("--plot", default=None, help="write a latency/goodput-vs-rate PNG here")
     bench.set_defaults(func=_cmd_bench)
 
