@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from reference import LLM, SamplingParams
-from tests.helpers import hf_greedy, random_prompts
+from courseware.oracle import hf_greedy, random_prompts
 
 GOOD = [5, 6, 7, 8, 9, 10, 11]
 MAX_NEW = 12

@@ -25,7 +25,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.grading_fixtures import insert_in_region, release_submission, solved, stubs, write_submission
+from grading.sample_submissions import insert_in_region, release_submission, solved, stubs, write_submission
 from grading.paths import PAYLOAD, SCHEMAS, hidden_dir
 from grading.report import make_reports
 from grading.results import stable_view

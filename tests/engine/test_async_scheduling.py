@@ -14,7 +14,8 @@ import pytest
 from reference import LLM, SamplingParams
 from reference.engine.sequence import PENDING_TOKEN
 from reference.metrics import check_lifecycle
-from tests.helpers import events_of, random_prompts
+from courseware.oracle import random_prompts
+from tests.helpers import events_of
 
 VOCAB = 1024
 

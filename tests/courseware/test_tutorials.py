@@ -19,7 +19,7 @@ import pytest
 from courseware.build import build_tutorial, find_tutorials
 from inferlab.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = find_tutorials(ROOT)
 CPU_LIMIT_S = 180          # "well under 3 minutes" on a 2-core CPU; they aim for ~30 s
 TOPICS = ["intro", "lifecycle", "batching", "paged_kv", "prefix_caching", "architecture", "model_runner",

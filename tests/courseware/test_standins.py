@@ -7,7 +7,7 @@ a tight pool (the course scheduler preempts there), a shared prefix (the
 course block manager hits its cache), chunked prefill and async scheduling.
 The claims their docstrings make about schedules and block tables are checked
 against the course engine's lifecycle log. Releases themselves are built and
-run in tests/test_release_engine.py.
+run in tests/courseware/test_release_engine.py.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from reference.engine.lifecycle import LifecycleLog
 from reference.engine.parts import EngineParts
 from reference.engine.sequence import Sequence, SequenceStatus
 from reference.metrics import check_lifecycle
-from tests.helpers import random_prompts
+from courseware.oracle import random_prompts
 
 STANDINS = {"lab2": PlainBlockManager, "lab3": YieldingScheduler, "lab4": DenseModelRunner}
 RUNNER = ("lab4",)

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from tests.grading_fixtures import solved, stubs, write_submission
+from grading.sample_submissions import solved, stubs, write_submission
 from labkit.rubric import load_rubric
 from grading.grade_run import RunOptions, grade_run
 from courseware.bugzoo import load_mutants

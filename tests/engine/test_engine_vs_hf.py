@@ -12,7 +12,8 @@ import json
 import pytest
 
 from reference import LLM, SamplingParams
-from tests.helpers import events_of, hf_greedy, random_prompts
+from courseware.oracle import hf_greedy, random_prompts
+from tests.helpers import events_of
 
 MAX_NEW = 24
 # Around the block size 16: below, at and above boundaries, plus long and tiny prompts.

@@ -100,7 +100,7 @@ def test_lab2_release_installs_fails_on_stubs_and_passes_when_filled(tmp_path):
     assert "90/90" in proc.stdout and "public part" in proc.stdout, proc.stdout
 
     # Helpers outside the regions are carried, an edit of existing code is listed (and not run): as the grader does.
-    from tests.test_grading_lab2 import edit_outside, with_helpers
+    from tests.grading.test_grading_lab2 import edit_outside, with_helpers
     path = release / PACKAGE / "engine" / "block_manager.py"
     path.write_text(edit_outside(with_helpers(path.read_text())))
     proc = subprocess.run([sys.executable, str(script), "check", "lab2"], cwd=release,

@@ -10,7 +10,7 @@ import torch
 
 from reference import LLM, SamplingParams
 from reference.layers.sampler import filter_top_k_top_p
-from tests.helpers import hf_greedy
+from courseware.oracle import hf_greedy
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine_fuzz import run_case
+from courseware.engine_fuzz import run_case
 
 CI_SEEDS = range(6)
 

@@ -1,4 +1,4 @@
-"""The flash-attn backend against flash-attn's documented contract (tests/fake_flash_attn.py).
+"""The flash-attn backend against flash-attn's documented contract (tests/engine/fake_flash_attn.py).
 
 The real `flash_attn` package has no wheel for our machines, so it has never
 run here; these tests check what can be checked without it: that "auto" picks
@@ -19,7 +19,7 @@ pytest.importorskip("triton", reason="triton comes with the kernels extra (Linux
 
 from reference.layers import attention  # noqa: E402
 from reference.layers.attention import AttentionMetadata, TorchAttentionBackend  # noqa: E402
-from tests import fake_flash_attn  # noqa: E402
+from tests.engine import fake_flash_attn  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 PAGE = 256   # flash-attn's paged kernels need a multiple of 256

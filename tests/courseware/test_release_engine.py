@@ -28,7 +28,7 @@ from courseware.later_labs import solution_leaks
 from labkit.labs import later_labs
 from courseware.release import make_release
 from reference import LLM, SamplingParams
-from tests.helpers import random_prompts
+from courseware.oracle import random_prompts
 
 RELEASE_LABS = ("lab1", "lab2", "lab3")
 CONFIG = dict(device="cpu", kvcache_block_size=4, num_kvcache_blocks=14, max_model_len=96, max_num_seqs=4,

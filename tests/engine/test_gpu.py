@@ -14,38 +14,12 @@ import torch
 import transformers
 
 from reference import LLM, SamplingParams
-from tests.helpers import random_prompts
+from courseware.oracle import engine_last_logits, hf_last_logits, random_prompts, rel_err
 
 pytestmark = pytest.mark.gpu
 
 BF16_MAX_REL_ERR = 5e-2
 BF16_MAX_RATIO_TO_HF = 1.5
-
-
-def engine_last_logits(llm: LLM, prompts: list[list[int]]) -> torch.Tensor:
-    """Logits at each prompt's last position, from one batched prefill through the engine's own path."""
-    for p in prompts:
-        llm.add_request(p, SamplingParams(temperature=0.0, max_tokens=1))
-    seqs, is_prefill = llm.scheduler.schedule()
-    assert is_prefill and len(seqs) == len(prompts)
-    runner = llm.model_runner
-    with torch.inference_mode():
-        input_ids, positions, meta = runner.prepare_prefill(seqs)
-        hidden = runner.model(input_ids, positions, meta)
-        return runner.model.compute_logits(hidden[meta.cu_seqlens_q[1:] - 1]).float().cpu()
-
-
-def hf_last_logits(model_dir: str, prompts: list[list[int]], dtype: torch.dtype, device: str) -> torch.Tensor:
-    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
-    rows = []
-    with torch.no_grad():
-        for p in prompts:
-            rows.append(model(torch.tensor([p], device=device)).logits[0, -1].float().cpu())
-    return torch.stack(rows)
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).norm() / b.norm())
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from slides_code import (batching, call_chain, chat_template, chunked_prefill, m
 from slides_code import _make_listings
 from slides_code._common import listings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SLIDES = ROOT / "slides_code"
 LIBRARY_MODULES = {"__init__", "_common", "observability"}   # imported by the scripts, not scripts themselves
 

@@ -32,7 +32,7 @@ from grading.gradescope import failure_results
 from grading.paths import SCHEMAS
 from grading.report import gradescope_results
 from grading.upload import place_upload
-from tests.grading_fixtures import solved, stubs, write_submission
+from grading.sample_submissions import solved, stubs, write_submission
 
 LAB = "lab2"
 SCHEMA = json.loads((SCHEMAS / "gradescope.schema.json").read_text())

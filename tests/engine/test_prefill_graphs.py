@@ -17,7 +17,7 @@ from reference import LLM, SamplingParams
 from reference.engine.prefill_graphs import (BUCKET_STEP, MAX_GRAPH_TOKENS, SMALLEST_BUCKET, PrefillGraphs,
                                              prefill_buckets)
 from reference.engine.sequence import Sequence
-from tests.helpers import random_prompts
+from courseware.oracle import random_prompts
 
 
 @pytest.mark.parametrize("max_tokens", [1, 16, 100, 2048, 2049, 16384, 16385])

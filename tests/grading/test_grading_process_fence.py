@@ -17,7 +17,7 @@ import pytest
 
 from grading.execute import SANDBOX_UID
 from grading.spawn import ForkServer, FreshSpawner, base_env
-from tests.grading_fixtures import searchable_folder
+from grading.sample_submissions import searchable_folder
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(os.geteuid() != 0, reason="the process fence needs a grader running as root")]

@@ -8,7 +8,8 @@ import pytest
 from reference import LLM, SamplingParams
 from reference.engine.lifecycle import LifecycleLog
 from reference.metrics import check_lifecycle, read_log, request_metrics, step_metrics
-from tests.helpers import events_of, random_prompts
+from courseware.oracle import random_prompts
+from tests.helpers import events_of
 
 
 def drive(llm: LLM, prompts, max_tokens: int = 12) -> list[int]:

@@ -21,7 +21,7 @@ import torch
 
 from reference import LLM, SamplingParams
 from reference.config import Config
-from tests.helpers import hf_greedy, random_prompts
+from courseware.oracle import hf_greedy, random_prompts
 
 MAX_NEW = 12
 LENGTHS = [1, 7, 16, 33]

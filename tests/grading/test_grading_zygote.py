@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-ZYGOTE = Path(__file__).resolve().parents[1] / "grading" / "zygote.py"
+ZYGOTE = Path(__file__).resolve().parents[2] / "grading" / "zygote.py"
 
 
 def load_zygote():

@@ -11,7 +11,7 @@ import pytest
 
 from reference import LLM, SamplingParams
 from reference.distributed.disaggregation import DisaggregatedLLM
-from tests.helpers import random_prompts
+from courseware.oracle import random_prompts
 
 CONFIG = dict(device="cpu", dtype="float32", kvcache_block_size=16, num_kvcache_blocks=64, max_model_len=256,
               max_num_batched_tokens=256)

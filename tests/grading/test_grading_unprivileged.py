@@ -224,7 +224,7 @@ def test_with_python_readable_by_all_nothing_extra_is_mounted():
     """
     import shutil
     import subprocess
-    from tests.grading_fixtures import searchable_folder
+    from grading.sample_submissions import searchable_folder
     system = shutil.which("python3", path="/usr/bin:/bin")
     if os.geteuid() != 0 or system is None or not process_fence.reachable_by_others(system):
         pytest.skip("needs root and a Python in /usr that every user may read")

@@ -1,7 +1,7 @@
 """The exercise generator, bug zoo, release builder and self-check, tested in-process (fast).
 
 The suites themselves (pass on reference, fail on stubs, catch the bug zoo)
-are run in tests/test_lab_suites.py; installing a release, in tests/test_release.py.
+are run in tests/courseware/test_lab_suites.py; installing a release, in tests/courseware/test_release.py.
 """
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ def test_release_holds_earlier_solutions_only_and_this_labs_tests(tmp_path):
     assert "pytest student_exercises/tests -m lab3" in readme and "inferlab check lab3" in readme
     assert 'inferlab = "courseware.selfcheck:main"' in (out / "pyproject.toml").read_text()
     shipped = sorted(p.relative_to(out / "courseware").as_posix() for p in (out / "courseware").rglob("*.py"))
-    assert shipped == sorted(["__init__.py", "engine.py", "tiny_model.py", "selfcheck.py", "terminal.py",
+    assert shipped == sorted(["__init__.py", "engine.py", "oracle.py", "tiny_model.py", "selfcheck.py", "terminal.py",
                               "standins/__init__.py", "standins/model_runner.py"])   # lab 4's part only: a lab 3 release
     assert sorted(p.name for p in (out / "labkit").glob("*.py")) == sorted(p.name for p in (ROOT / "labkit").glob("*.py"))
     handout = (out / "assignments" / "lab3_scheduler" / "README.md").read_text()

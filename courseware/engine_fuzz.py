@@ -3,7 +3,7 @@
 A case draws a model shape, an engine configuration, a batch of prompts with
 stop tokens, and a way to consume them (generate, streams, an abort), all from
 one seed, and checks every request's tokens against transformers' greedy
-`generate` on the same weights. `tests/test_fuzz_vs_hf.py` runs a few seeds in
+`generate` on the same weights. `tests/engine/test_fuzz_vs_hf.py` runs a few seeds in
 CI; `scripts/fuzz_engine.py` runs many for as long as you like.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 import transformers
 
 from reference import LLM, SamplingParams
-from tests.helpers import hf_greedy
+from courseware.oracle import hf_greedy
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 

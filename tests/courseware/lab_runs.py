@@ -23,7 +23,7 @@ from labkit.labs import exercise_labs
 from courseware.selfcheck import TESTS, SuiteRun, pytest_command
 from grading.spawn import ForkServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LABS = tuple(exercise_labs())
 ALL_LABS = " or ".join(LABS)
 RUN_TIMEOUT_S = 300

@@ -20,7 +20,7 @@ from grading.harness import build_harness
 from labkit.rubric import load_rubric
 from grading.submission import extract
 from grading.throughput_check import run_throughput
-from tests.grading_fixtures import searchable_folder, with_bodies, write_submission
+from grading.sample_submissions import searchable_folder, with_bodies, write_submission
 
 pytestmark = pytest.mark.slow
 

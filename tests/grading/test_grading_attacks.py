@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from grading.payload._inferlab_landlock import abi_version
-from tests.grading_fixtures import searchable_folder, solved, stubs, with_bodies, write_submission
+from grading.sample_submissions import searchable_folder, solved, stubs, with_bodies, write_submission
 from labkit.labs import ROOT
 from grading.paths import golden_path
 from grading.grade_run import RunOptions, grade_run

@@ -22,7 +22,7 @@ from labkit.tree import LABS
 from labkit.labs import all_labs
 from courseware.release_tutorials import TUTORIAL_LAB, tutorial_number, tutorials_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAMED_BY_LECTURES = {"Tutorial_02_lifecycle": "Tutorial_02_请求生命周期与PrefillDecode",
                      "Tutorial_06_architecture": "Tutorial_06_推理系统架构"}
 
