@@ -28,9 +28,9 @@ import uuid
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from student_exercises.detokenizer import IncrementalDetokenizer
@@ -97,7 +97,8 @@ def build_app(engine: LLMEngine, model_name: str, max_waiting: int = defaults.MA
 
     @app.get("/health")
     async def health() -> Response:
-        return Response(status_code=200 if loop.alive else 503)
+        """200 while the engine runs and takes requests; 503 once it stopped or is draining."""
+        return Response(status_code=200 if loop.alive and not loop.draining else 503)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -112,7 +113,8 @@ def build_app(engine: LLMEngine, model_name: str, max_waiting: int = defaults.MA
         arrival = engine.log.now()          # ARRIVED: when the HTTP request reached us
         prepared = await preprocessor.prepare(await read_body(request, max_request_bytes), chat)
         try:
-            stream = loop.submit(prepared.token_ids, prepared.params, arrival, IncrementalDetokenizer(engine.tokenizer))
+            stream = loop.submit(prepared.token_ids, prepared.params, arrival,
+                                 IncrementalDetokenizer(engine.tokenizer))
         except QueueFull as err:
             raise RequestError(f"server busy: {err}; retry later", status=503, err_type="server_busy") from None
         kind = "chatcmpl" if chat else "cmpl"

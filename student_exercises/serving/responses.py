@@ -17,7 +17,8 @@ from student_exercises.serving.output_processor import LogprobEntry
 
 
 class ResponseBuilder:
-    """Bodies for one request: `kind` is "chat" or "completion"; `ids` are its id, created time and model."""
+    """Bodies for one request (`chat`: a chat completion, else a legacy completion); `ids` are its id, created
+    time and model; `num_top` is the logprobs it asked for (None: none)."""
 
     def __init__(self, chat: bool, ids: dict[str, Any], num_top: int | None, prompt_len: int):
         self.chat = chat
