@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import pytest
 
+from courseware.oracle import random_prompts
 from reference import LLM, SamplingParams
 from reference.engine.sequence import PENDING_TOKEN
 from reference.metrics import check_lifecycle
-from tests.helpers import events_of, random_prompts
+from tests.helpers import events_of
 
 VOCAB = 1024
 PROMPT_LENS = [9, 23, 14]

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from courseware.oracle import random_prompts
 from reference import LLM, SamplingParams
 from reference.layers.sampler import INVALID_PROBABILITIES, sample, sample_on_device
-from tests.helpers import random_prompts
 
 
 @pytest.mark.parametrize("broken", ["nan", "plus_inf", "all_minus_inf"])

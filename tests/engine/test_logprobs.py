@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from courseware.oracle import hf_model, random_prompts
 from reference import LLM, SamplingParams
-from tests.helpers import hf_model, random_prompts
 
 VOCAB = 1024
 TOP = 5

@@ -18,8 +18,8 @@ import httpx
 import pytest
 import torch
 
+from courseware.oracle import hf_model
 from reference import LLM, SamplingParams
-from tests.helpers import hf_model
 from tests.serving.servers import MODEL, start_server
 
 MAX_MODEL_LEN = 2048
