@@ -32,6 +32,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import ClientDisconnect
 
 from student_exercises.detokenizer import IncrementalDetokenizer
 from student_exercises.engine.llm_engine import LLMEngine
@@ -121,7 +122,7 @@ def build_app(engine: LLMEngine, model_name: str, max_waiting: int = defaults.MA
         ids = {"id": f"{kind}-{uuid.uuid4().hex}", "created": int(time.time()), "model": model_name}
         builder = ResponseBuilder(chat, ids, prepared.params.logprobs, stream.prompt_len)
         if prepared.request.stream:
-            return StreamingResponse(_sse(loop, stream, builder, prepared), media_type="text/event-stream")
+            return AbortingStream(_sse(loop, stream, builder, prepared), lambda: _abort_unless_done(loop, stream))
         return await _complete(request, loop, stream, builder, prepared)
 
     @app.post("/v1/completions")
@@ -149,11 +150,14 @@ async def read_body(request: Request, limit: int) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:   # nobody to answer: an error body only so that nothing is logged as a bug
+        raise RequestError("the client went away while sending the request body") from None
     return b"".join(chunks)
 
 
@@ -162,17 +166,39 @@ def _too_large(limit: int) -> RequestError:
                         "(--max-request-bytes)", status=413)
 
 
+def _abort_unless_done(loop: EngineLoop, stream: RequestStream) -> None:
+    if not stream.done:
+        loop.abort(stream)
+
+
+class AbortingStream(StreamingResponse):
+    """An SSE response that aborts its request however the response ends before the request did.
+
+    Starlette cancels a StreamingResponse whose client disconnects; if that
+    happens before the body generator first ran, the generator never sees
+    the cancellation, so the abort is here, around the whole response.
+    """
+
+    def __init__(self, content: AsyncIterator[str], on_end) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self._on_end = on_end
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_end()
+
+
 async def _complete(request: Request, loop: EngineLoop, stream: RequestStream, builder: ResponseBuilder,
                     prepared: Prepared) -> Response:
     """A non-streaming response: every Delta gathered, while a watcher aborts the request if the client leaves."""
     watcher = asyncio.create_task(_abort_on_disconnect(request, loop, stream))
     try:
         deltas = await _all_deltas(stream)
-    except asyncio.CancelledError:
-        loop.abort(stream)
-        raise
     finally:
         watcher.cancel()
+        _abort_unless_done(loop, stream)   # cancelled (uvicorn gave up on the connection)
     last = deltas[-1]
     if last.finish_reason == "error":
         raise RequestError(f"the engine failed while running this request: {last.error}", status=500,
@@ -185,16 +211,23 @@ async def _complete(request: Request, loop: EngineLoop, stream: RequestStream, b
 
 async def _all_deltas(stream: RequestStream) -> list[Delta]:
     deltas = []
-    while not deltas or not deltas[-1].finished:
-        deltas.append(await stream.outputs.get())
+    while not stream.done:
+        deltas.append(await _next_delta(stream))
     return deltas
+
+
+async def _next_delta(stream: RequestStream) -> Delta:
+    delta = await stream.outputs.get()
+    stream.done = delta.finished
+    return delta
 
 
 async def _abort_on_disconnect(request: Request, loop: EngineLoop, stream: RequestStream) -> None:
     """Wait for the client to go away (the body is read, so the next ASGI message is the disconnect), then abort.
 
     A streaming response needs no watcher: Starlette's StreamingResponse
-    listens for the disconnect itself and cancels the stream, which aborts.
+    listens for the disconnect itself and cancels the response, which aborts
+    (`AbortingStream`).
     """
     while (await request.receive())["type"] != "http.disconnect":
         pass
@@ -205,15 +238,15 @@ async def _sse(loop: EngineLoop, stream: RequestStream, builder: ResponseBuilder
                prepared: Prepared) -> AsyncIterator[str]:
     """OpenAI's chunk format as Server-Sent Events, one chunk per step's tokens, then [DONE].
 
-    Whatever happens, the stream ends with [DONE]: a client gone mid-stream
-    (cancelled here) aborts its request; an engine failure becomes a last
-    chunk with `error`; a bug is logged and ends the stream the same way,
-    rather than escaping into Starlette and closing the connection.
+    Whatever happens, the stream ends with [DONE]: an engine failure becomes
+    a last chunk with `error`; a bug is logged and ends the stream the same
+    way, rather than escaping into Starlette and closing the connection. (A
+    client gone mid-stream cancels it: `AbortingStream` aborts the request.)
     """
     num_tokens, first, echo = 0, True, prepared.echo
     try:
         while True:
-            delta = await stream.outputs.get()
+            delta = await _next_delta(stream)
             num_tokens += len(delta.token_ids)
             reason = delta.finish_reason if delta.finished else None
             chunk = builder.chunk(echo + delta.text, delta.token_ids, delta.logprobs, reason, first)
@@ -226,9 +259,6 @@ async def _sse(loop: EngineLoop, stream: RequestStream, builder: ResponseBuilder
                 break
         if prepared.request.include_usage:
             yield f"data: {json.dumps(builder.usage_chunk(num_tokens))}\n\n"
-    except (asyncio.CancelledError, GeneratorExit):   # the client went away
-        loop.abort(stream)
-        raise
     except Exception:
         logger.exception("streaming a response failed")
         loop.abort(stream)

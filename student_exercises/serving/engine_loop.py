@@ -50,7 +50,8 @@ class RequestStream:
     detokenizer: Any = None
     outputs: asyncio.Queue = field(default_factory=asyncio.Queue)
     seq_id: int | None = None      # set by the engine thread once queued
-    cancelled: bool = False
+    cancelled: bool = False        # the HTTP side asked for an abort
+    done: bool = False             # the HTTP side has read the last output
 
 
 class EngineLoop:

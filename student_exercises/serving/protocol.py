@@ -61,6 +61,8 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")   # e.g. vLLM's continuous_usage_stats: refused, not ignored
+
     include_usage: bool = False
 
 
@@ -178,6 +180,8 @@ def _validate(model: type[BaseModel], body: dict[str, Any]) -> Any:
         first = err.errors(include_url=False)[0]
         where = param_path(first["loc"])
         message = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            message = "not supported by this server"
         raise RequestError(f"{where}: {message}" if where else message, param=where or None) from None
 
 

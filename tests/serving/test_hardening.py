@@ -11,6 +11,7 @@ import asyncio
 import http.client
 import json
 import math
+import socket
 import threading
 import time
 
@@ -73,6 +74,24 @@ def test_a_non_streaming_client_that_gives_up_aborts_its_request(server):
     assert finished["time"] - left < 2.0, "the request went on long after its client left"
     (freed,) = [e for e in events if e["event"] == "FREED" and e["seq_id"] == finished["seq_id"]]
     assert freed["blocks_freed"] > 0
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_gone_before_its_first_token_aborts_its_request(server, stream):
+    """The client sends its request and closes the socket at once: the request is aborted, not run to the end."""
+    prompt_len = 13 + stream
+    body = json.dumps({"model": MODEL, "prompt": [4] * prompt_len, "max_tokens": 2000, "temperature": 0,
+                       "ignore_eos": True, "stream": stream}).encode()
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                     b"content-length: %d\r\n\r\n%s" % (len(body), body))
+    server.wait_idle()
+    time.sleep(0.3)
+    events = server.events()
+    arrived = [e["seq_id"] for e in events if e["event"] == "ARRIVED" and e["prompt_len"] == prompt_len]
+    (finished,) = [e for e in events if e["event"] == "FINISHED" and e["seq_id"] in arrived]
+    assert finished["reason"] == "abort" and finished["num_output_tokens"] < 2000
 
 
 # -- row 2: size and cost limits before work ---------------------------------------------------------
@@ -234,6 +253,8 @@ def test_unsupported_fields_are_refused_by_name(server, path, field, value):
     ("completions", {"prompt": "hi", "max_tokens": 0}, "max_tokens"),
     ("completions", {"prompt": "hi", "stop_token_ids": [10**6]}, "stop_token_ids"),
     ("completions", {"prompt": "hi", "top_k": -1}, "top_k"),
+    ("completions", {"prompt": "hi", "stream": True, "stream_options": {"continuous_usage_stats": True}},
+     "stream_options.continuous_usage_stats"),
 ])
 def test_bad_values_name_their_param(server, path, extra, param):
     assert_openai_error(post(server, path, {"model": MODEL, **extra}), 400, param=param)
