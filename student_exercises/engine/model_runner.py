@@ -348,7 +348,10 @@ class ModelRunner:
         if previous is not None and previous.row_of:
             rows = [previous.row_of.get(seq.seq_id, -1) for seq in seqs]
             source = self._tensor(np.asarray(rows, dtype=np.int64))
-            from_previous = previous.device_tokens[source.clamp(min=0)]
+            # A row that could not be sampled holds -1: it fails when `previous` is read back, but this
+            # step runs first, and an embedding lookup at -1 is a device-side assert on CUDA (the
+            # context is lost): it gets token 0 instead, whose output is thrown away with the request.
+            from_previous = previous.device_tokens[source.clamp(min=0)].clamp(min=0)
             input_ids = torch.where(source >= 0, from_previous, input_ids)
         hidden = self._decode_forward(input_ids, positions, meta)
         logits = self.model.compute_logits(hidden)

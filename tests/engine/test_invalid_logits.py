@@ -34,8 +34,13 @@ def test_a_greedy_row_without_a_distribution_is_refused_like_a_sampled_row(broke
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_a_nan_row_fails_the_request_and_the_engine_goes_on(tiny_model_dir, device, temperature):
-    llm = LLM(tiny_model_dir, device=device, dtype="float32", max_model_len=256, num_kvcache_blocks=64)
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_nan_row_fails_the_request_and_the_engine_goes_on(tiny_model_dir, device, temperature, async_scheduling):
+    """Under async scheduling the next step is launched with the row's -1 before the failure is read back:
+    it must run (on CUDA an embedding lookup at -1 would lose the context) and the request fail as it
+    fails without overlap."""
+    llm = LLM(tiny_model_dir, device=device, dtype="float32", max_model_len=256, num_kvcache_blocks=64,
+              async_scheduling=async_scheduling)
     model = llm.model_runner.model
     real, calls = model.compute_logits, [0]
 
