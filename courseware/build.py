@@ -7,10 +7,14 @@ converted (nbconvert, courseware/templates/inferlab: the lab page without its
 CDN scripts). A notebook that fails is still rendered, with its error, and the
 command exits non-zero.
 
-Each executed notebook is cut into two editions (courseware/editions.py) and
-each edition printed to PDF by headless Chromium (courseware/pdf.py). The PDF
+What is executed is the instructor's notebook, built from the tutorial's
+source (tutorials/src/, courseware/tutorial_source.py): the committed
+`.ipynb` files are the student edition and hold no answers. The executed
+notebook is cut into two editions (courseware/editions.py), so the
+instructor's numbers and the students' pages come from one run, and each
+edition is printed to PDF by headless Chromium (courseware/pdf.py). The PDF
 names are the ones the lectures cite, `Tutorial_NN_<title>.pdf`, the title
-coming from the notebook's metadata (tutorials/_make_notebooks.py).
+coming from the source's `# title:` line.
 
 Lab handouts (`assignments/*/README.md`) are plain Markdown; they become
 standalone HTML pages through mistune, the Markdown parser nbconvert already
@@ -110,16 +114,22 @@ def _kernel_env() -> dict[str, str]:
     return env
 
 
-def execute_notebook(path: Path, timeout: int = DEFAULT_TIMEOUT):
-    """Run a notebook top to bottom in a fresh kernel started with this interpreter.
+def execute_notebook(notebook, folder: Path | None = None, timeout: int = DEFAULT_TIMEOUT):
+    """Run a notebook (a path, or a notebook node run in place) top to bottom in a fresh kernel
+    started with this interpreter.
 
     Returns (notebook with outputs, seconds, error text or None). The kernel
-    runs in the notebook's own folder, as it would in Jupyter.
+    runs in `folder`, by default the notebook file's own folder, as it would in Jupyter.
     """
-    nbformat = _require("nbformat")
     nbclient = _require("nbclient")
     manager_module = _require("jupyter_client.manager")
-    nb = nbformat.read(path, as_version=4)
+    if isinstance(notebook, (str, os.PathLike)):
+        path = Path(notebook)
+        nb, folder = _require("nbformat").read(path, as_version=4), folder or path.parent
+    else:
+        nb = notebook
+        if folder is None:
+            raise ValueError("execute_notebook: a notebook node needs the folder to run in")
     km = manager_module.KernelManager(kernel_name="python3")
     # Pin the kernel to this interpreter: a user-level "python3" kernelspec may
     # point at another Python that does not have inferlab installed.
@@ -132,7 +142,7 @@ def execute_notebook(path: Path, timeout: int = DEFAULT_TIMEOUT):
         km.transport = "ipc"
         km.ip = os.path.join(socket_dir, "kernel")
     client = nbclient.NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
+                                     resources={"metadata": {"path": str(folder)}})
     started = time.perf_counter()
     error = None
     try:
@@ -166,10 +176,12 @@ def build_tutorial(path: Path, out_dir: Path, execute: bool = True, timeout: int
     `out_dir` is the build's root: each edition goes to its folder under it (EDITION_DIRS).
     """
     from courseware.pdf import html_to_pdf
+    from courseware.tutorial_source import instructor_notebook
+    nb = instructor_notebook(path)
     if execute:
-        nb, seconds, error = execute_notebook(path, timeout)
+        nb, seconds, error = execute_notebook(nb, path.parent, timeout)
     else:
-        nb, seconds, error = _require("nbformat").read(path, as_version=4), 0.0, None
+        seconds, error = 0.0, None
     stem = output_stem(path, nb)
     result = NotebookResult(path, out_dir / EDITION_DIRS[editions[0]] / f"{stem}.html", seconds, error, execute)
     for which in editions:

@@ -18,6 +18,7 @@ import pytest
 from courseware import pdf
 from courseware.build import build_assignment, build_tutorial, find_tutorials
 from courseware.editions import edition
+from courseware.tutorial_source import build_notebook, source_of
 from labkit.tree import LABS
 from labkit.labs import all_labs
 from courseware.release_tutorials import TUTORIAL_LAB, tutorial_number, tutorials_for
@@ -87,7 +88,7 @@ def test_missing_cjk_font_names_the_package(monkeypatch, tmp_path):
 
 
 def test_student_edition_drops_answers_and_instructor_notes():
-    nb = nbformat.read(_tutorial("Tutorial_02_lifecycle"), as_version=4)
+    nb = build_notebook(source_of(_tutorial("Tutorial_02_lifecycle")))
     tagged = [c for c in nb.cells if {"answer", "instructor"} & set(c.metadata.get("tags", []))]
     student, instructor = edition(nb, "student"), edition(nb, "instructor")
     assert tagged and len(student.cells) == len(nb.cells) - len(tagged)

@@ -17,6 +17,8 @@ import nbformat
 import pytest
 
 from courseware.build import build_tutorial, find_tutorials
+from courseware.editions import HIDDEN_FROM_STUDENTS, tags
+from courseware.tutorial_source import build_notebook, source_of
 from inferlab.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,10 +44,20 @@ def test_every_tutorial_exists_and_matches_its_source():
 
 
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
-def test_committed_notebook_has_no_outputs_and_teaching_structure(path):
+def test_committed_notebook_is_the_student_edition_without_outputs(path):
     nb = nbformat.read(path, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(not c.outputs and c.execution_count is None for c in code), "commit notebooks without outputs"
+    assert not [c.source[:60] for c in nb.cells if tags(c) & HIDDEN_FROM_STUDENTS], "answers live in tutorials/src only"
+    assert "课堂练习" in "".join(c.source for c in nb.cells)
+    full = build_notebook(source_of(path))
+    assert len(full.cells) > len(nb.cells), "the source holds the answers the notebook leaves out"
+
+
+@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
+def test_source_has_the_teaching_structure(path):
+    nb = build_notebook(source_of(path))
+    code = [c for c in nb.cells if c.cell_type == "code"]
     markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
     assert "教学目标" in markdown[0]
     exercise = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and "课堂练习" in c.source)
