@@ -67,7 +67,7 @@ def covering_tests(root: Path = ROOT) -> dict[str, list[str]]:
     """Region id -> public tests that declare they cover it (`@pytest.mark.covers`), read statically.
 
     CI checks these declarations against what each test really executes
-    (tests/test_lab_suites.py), so the listing cannot claim coverage that is not there.
+    (tests/courseware/test_lab_suites.py), so the listing cannot claim coverage that is not there.
     """
     found: dict[str, list[str]] = {}
     for path in (path for lab in all_labs(root) for path in lab.public_tests()):

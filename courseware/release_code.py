@@ -42,8 +42,9 @@ from courseware.later_labs import used_support
 from courseware.standins import standin_modules
 
 # What a release needs of `courseware`: the engine it runs (`engine`), the self-check and demo
-# (`selfcheck`, `terminal`), the tiny model the tests build; and the later labs' stand-ins.
-TOOL_MODULES = ("__init__.py", "engine.py", "selfcheck.py", "terminal.py", "tiny_model.py", "standins/__init__.py")
+# (`selfcheck`, `terminal`), the tiny model and the oracle the tests use; and the later labs' stand-ins.
+TOOL_MODULES = ("__init__.py", "engine.py", "oracle.py", "selfcheck.py", "terminal.py", "tiny_model.py",
+                "standins/__init__.py")
 # The torch every install starts from, pinned (docs/design.md §5; README and .ci/run say the same, checked by
 # tests/test_cli.py): an unpinned torch pulls GBs of CUDA wheels. The Gradescope bundle installs it too.
 TORCH_VERSION = "2.13.0"

@@ -14,7 +14,7 @@ through: the course's notebooks keep the plain imports the lectures show, and
 nothing in a release can fall back to a solution. The price: a release's
 notebooks differ from the course's in their import lines, and a tutorial may
 name the package `reference` only in import statements (anything else is
-listed by `leftover_references` and fails tests/test_release_tutorials.py).
+listed by `leftover_references` and fails tests/courseware/test_release_tutorials.py).
 
 A later lab's tutorial is not shipped, since it teaches a part the release
 runs on a stand-in, and the release README says so; every tutorial of the

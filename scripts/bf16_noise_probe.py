@@ -2,7 +2,7 @@
 
 Compares, against fp32 transformers on CPU, the engine in bf16 (batched and one prompt
 at a time) and transformers in bf16 with its sdpa and eager attention. Used once to
-set the bf16 tolerance policy in tests/test_gpu.py; numbers recorded in docs/gpu.md.
+set the bf16 tolerance policy in tests/engine/test_gpu.py; numbers recorded in docs/gpu.md.
 Run on a GPU: python scripts/bf16_noise_probe.py
 """
 import sys
@@ -13,8 +13,8 @@ import transformers
 
 sys.path.insert(0, ".")
 from reference import LLM  # noqa: E402
-from tests.helpers import random_prompts  # noqa: E402
-from tests.test_gpu import engine_last_logits, hf_last_logits, rel_err  # noqa: E402
+from courseware.oracle import random_prompts  # noqa: E402
+from courseware.oracle import engine_last_logits, hf_last_logits, rel_err  # noqa: E402
 from courseware.tiny_model import make_tiny_model  # noqa: E402
 
 tmp = tempfile.mkdtemp()

@@ -3,7 +3,7 @@
     python scripts/fuzz_engine.py --seconds 600 [--first-seed 1000]
 
 Each seed is one random case (model shape, engine settings, prompts, stops,
-streams or an abort; see tests/engine_fuzz.py). A failing seed is printed with
+streams or an abort; see courseware/engine_fuzz.py). A failing seed is printed with
 its description; rerun it alone with --first-seed N --cases 1.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from courseware.tiny_model import ensure_tiny_model  # noqa: E402
-from tests.engine_fuzz import run_case  # noqa: E402
+from courseware.engine_fuzz import run_case  # noqa: E402
 
 
 def main() -> int:

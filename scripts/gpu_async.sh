@@ -10,10 +10,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,
 bench() { python3 -c "import sys; from inferlab.cli import main; main(sys.argv[1:])" bench --workload bench-256 "$@"; }
 case "${1:-both}" in
   tests)
-    python3 -m pytest -q -p no:cacheprovider tests/test_async_scheduling.py tests/test_engine_vs_hf.py \
-      tests/test_api.py tests/test_lifecycle.py tests/test_block_manager.py tests/test_scheduler.py \
-      tests/test_metrics.py tests/test_tiny_model.py tests/test_cli.py tests/test_gpu.py tests/test_kernels.py \
-      tests/test_flash_attn_contract.py --device cuda --tb=short 2>&1 | tee "$OUT/tests_full.txt" | tail -4 ;;
+    python3 -m pytest -q -p no:cacheprovider tests/engine/test_async_scheduling.py tests/engine/test_engine_vs_hf.py \
+      tests/engine/test_api.py tests/engine/test_lifecycle.py tests/engine/test_block_manager.py tests/engine/test_scheduler.py \
+      tests/engine/test_metrics.py tests/courseware/test_tiny_model.py tests/test_cli.py tests/engine/test_gpu.py tests/engine/test_kernels.py \
+      tests/engine/test_flash_attn_contract.py --device cuda --tb=short 2>&1 | tee "$OUT/tests_full.txt" | tail -4 ;;
   both)
     for i in 1 2; do bench --scheduling both --out "$OUT/bench256_both_$i.json" 2>&1 | tail -12; done ;;
   hf)

@@ -30,8 +30,8 @@ for part in "$@"; do
   case "$part" in
     splits) timeout 200 python3 scripts/decode_splits.py --out "$OUT/splits.json" 2>&1 | tee "$OUT/splits.txt" | tail -14 ;;
     tests)
-      timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_kernels.py \
-        tests/test_async_scheduling.py tests/test_fused_ops.py --device cuda --tb=short 2>&1 | tee "$OUT/tests.txt" | tail -4 ;;
+      timeout 240 python3 -m pytest -q -p no:cacheprovider tests/engine/test_gpu.py tests/engine/test_kernels.py \
+        tests/engine/test_async_scheduling.py tests/engine/test_fused_ops.py --device cuda --tb=short 2>&1 | tee "$OUT/tests.txt" | tail -4 ;;
     both1) timeout 200 "${BENCH[@]}" --scheduling both --out "$OUT/bench256_both_0.json" 2>&1 | tail -16 ;;
     both3) for i in 1 2 3; do timeout 150 "${BENCH[@]}" --scheduling both --out "$OUT/bench256_both_$i.json" 2>&1 | tail -14; done ;;
     profile) timeout 200 python3 scripts/profile_decode.py --steps 20 2>&1 | tee "$OUT/profile.txt" | tail -45 ;;

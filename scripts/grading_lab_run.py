@@ -26,7 +26,7 @@ from courseware.bugzoo import load_mutants  # noqa: E402
 from labkit.tree import load_reference  # noqa: E402
 from grading.grade_run import RunOptions, grade_run  # noqa: E402
 from grading.report import summary_table  # noqa: E402
-from tests.grading_fixtures import solved, stubs, write_submission  # noqa: E402
+from grading.sample_submissions import solved, stubs, write_submission  # noqa: E402
 
 
 def write_class(root: Path, lab: str) -> dict[str, bool]:

@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/ and the course, from any folder
-from tests.grading_fixtures import solved, stubs, write_submission  # noqa: E402
+from grading.sample_submissions import solved, stubs, write_submission  # noqa: E402
 from courseware.bugzoo import load_mutants  # noqa: E402
 from labkit.tree import load_reference  # noqa: E402
 from labkit.regions import stub_body  # noqa: E402

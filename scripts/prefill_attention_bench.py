@@ -11,7 +11,7 @@ causal, random q/k/v):
   pipeline stages and `group_heads` (`sweep_configs`; those past the sweep's
   time budget are recorded as skipped); configurations that fail to compile are
   recorded with their error, and each output is checked against FA2's
-  (relative error under 1.6e-2, the bf16 bound of tests/test_kernels.py);
+  (relative error under 1.6e-2, the bf16 bound of tests/engine/test_kernels.py);
 - the best correct configuration and FA2 again with a cached prefix (the first
   quarter of every sequence cached: n_q = L - L // 4 queries against L keys),
   and with v as a strided view of one packed qkv tensor (as the model passes it).

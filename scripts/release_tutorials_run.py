@@ -3,7 +3,7 @@
 Each release is built with its own lab's regions holding the reference bodies
 (what a correct student writes), `reference` is made unimportable inside the
 kernel, and each notebook runs top to bottom with nbclient, as `inferlab build`
-runs it. CI runs two of these notebooks (tests/test_release_tutorials.py);
+runs it. CI runs two of these notebooks (tests/courseware/test_release_tutorials.py);
 this runs them all, which takes minutes.
 
     python scripts/release_tutorials_run.py [--labs lab1 lab2 lab3 lab4]

@@ -91,7 +91,7 @@ class RowParallelLinear(nn.Linear):
         Which it does depends on the kernel it picks for the shape (measured
         at Qwen3-0.6B's shapes: docs/performance.md, session 11), so a bf16
         stream can differ from transformers' by a rounding per add
-        (tests/test_fused_ops.py bounds it). On a CPU the sum stays the
+        (tests/engine/test_fused_ops.py bounds it). On a CPU the sum stays the
         textbook `residual + y`, bit for bit.
         """
         if residual is None:

@@ -1,0 +1,143 @@
+"""Tensor parallelism on the CPU (gloo): TP=2 greedy tokens equal TP=1 and transformers.
+
+Spawning a rank costs seconds, so each model gets one TP=2 engine for all its
+checks. Two shapes: the tiny model (2 KV heads: one per rank) and one with 4
+KV heads and 8 query heads (2 KV heads and 4 query heads per rank), so a
+mix-up of heads between ranks cannot hide behind a shape where it is harmless.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from reference import LLM, SamplingParams
+from reference.config import Config
+from courseware.oracle import hf_greedy, random_prompts
+
+MAX_NEW = 12
+LENGTHS = [1, 7, 16, 33]
+CONFIG = dict(device="cpu", dtype="float32", num_kvcache_blocks=64, max_model_len=256, max_num_batched_tokens=256)
+WIDE_SHAPE = dict(vocab_size=None, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=8,
+                  num_key_value_heads=4, head_dim=16, max_position_embeddings=4096, rope_theta=10000.0,
+                  rms_norm_eps=1e-6, tie_word_embeddings=False)
+
+
+@pytest.fixture(scope="module")
+def wide_kv_model_dir(tiny_model_dir, tmp_path_factory) -> str:
+    """4 KV heads, separate lm_head (so the vocab-parallel head is loaded on its own), the tiny tokenizer."""
+    from courseware.bench import make_random_model
+    vocab = json.loads(open(f"{tiny_model_dir}/config.json").read())["vocab_size"]
+    shape = {**WIDE_SHAPE, "vocab_size": vocab}
+    return str(make_random_model(tmp_path_factory.mktemp("wide") / "model", shape=shape, seed=3, dtype=torch.float32))
+
+
+def greedy(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True)
+    return [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+
+
+def prompts_for(model_dir: str) -> list[list[int]]:
+    vocab = json.loads(open(f"{model_dir}/config.json").read())["vocab_size"]
+    return random_prompts(LENGTHS, vocab, seed=5)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def check_tp2_matches(model_dir: str, llm: LLM) -> None:
+    prompts = prompts_for(model_dir)
+    tp2 = greedy(llm, prompts)
+    tp1 = greedy(LLM(model_dir, **CONFIG), prompts)
+    assert tp2 == tp1, "TP=2 tokens differ from TP=1"
+    for prompt, tokens in zip(prompts, tp2):
+        assert tokens == hf_greedy(model_dir, prompt, MAX_NEW), f"prompt of length {len(prompt)} differs from transformers"
+
+
+def test_tp2_tiny_model_equals_tp1_and_transformers_and_a_dead_worker_is_an_error(tiny_model_dir):
+    llm = LLM(tiny_model_dir, tensor_parallel_size=2, **CONFIG)
+    pids = [p.pid for p in llm.model_runner.workers]
+    try:
+        assert llm.model_runner.model.model.layers[0].self_attn.num_kv_heads == 1   # really split
+        check_tp2_matches(tiny_model_dir, llm)
+        worker = llm.model_runner.workers[0]     # a worker dies: the next step says so instead of hanging
+        worker.kill()
+        worker.join(5)
+        with pytest.raises(RuntimeError, match="worker .* exited"):
+            greedy(llm, [[1, 2, 3]])
+    finally:
+        llm.model_runner.close()
+    assert not any(alive(pid) for pid in pids), "close() left a worker process running"
+
+
+def test_tp2_wide_kv_model_and_cleanup_on_garbage_collection(wide_kv_model_dir):
+    llm = LLM(wide_kv_model_dir, tensor_parallel_size=2, **CONFIG)
+    pids = [p.pid for p in llm.model_runner.workers]
+    attn = llm.model_runner.model.model.layers[0].self_attn
+    assert (attn.num_heads, attn.num_kv_heads) == (4, 2)
+    check_tp2_matches(wide_kv_model_dir, llm)
+    del llm, attn
+    gc.collect()
+    assert not any(alive(pid) for pid in pids), "garbage-collecting the LLM left a worker process running"
+
+
+def test_kv_heads_not_divisible_is_a_clear_error(tiny_model_dir):
+    with pytest.raises(ValueError, match=r"tensor_parallel_size=4.*num_key_value_heads=2"):
+        Config(tiny_model_dir, device="cpu", tensor_parallel_size=4)
+
+
+CHILD = """
+import sys, time
+from reference import LLM
+llm = LLM(sys.argv[1], device="cpu", tensor_parallel_size=2, num_kvcache_blocks=16)
+print(*[p.pid for p in llm.model_runner.workers], flush=True)
+time.sleep(120)
+"""
+
+
+def test_ctrl_c_or_kill_of_the_engine_process_leaves_no_worker(tiny_model_dir):
+    """Ctrl-C: the exit hook stops the workers. kill -9: no hook runs; the workers' watchdog must."""
+    children = {sig: subprocess.Popen([sys.executable, "-c", CHILD, tiny_model_dir], stdout=subprocess.PIPE, text=True)
+                for sig in (signal.SIGINT, signal.SIGKILL)}
+    try:
+        workers = {sig: [int(pid) for pid in child.stdout.readline().split()] for sig, child in children.items()}
+        for sig, child in children.items():
+            assert workers[sig], f"the engine process died before starting its worker (rc {child.poll()})"
+            child.send_signal(sig)
+            child.wait(30)
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pids in workers.values() for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for sig, pids in workers.items():
+            assert not any(alive(pid) for pid in pids), f"a worker outlived its engine after {sig.name}"
+    finally:
+        for child in children.values():
+            child.kill()
+            child.wait()
+
+
+def test_cli_takes_tensor_parallel_size_and_bench_refuses_it_with_async_scheduling():
+    from courseware.bench import run_bench
+    from inferlab.cli import build_parser
+    parser = build_parser()
+    assert parser.parse_args(["demo", "--tensor-parallel-size", "2"]).tensor_parallel_size == 2
+    args = parser.parse_args(["bench", "--tensor-parallel-size", "2"])   # default scheduling: async
+    with pytest.raises(SystemExit, match="needs --scheduling sync"):
+        run_bench(args)
+
+
+def test_no_process_left_behind():
+    assert multiprocessing.active_children() == []
