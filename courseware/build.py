@@ -30,6 +30,7 @@ Layout written under OUT (default `build/`, git-ignored):
 """
 from __future__ import annotations
 
+import copy
 import html
 import json
 import os
@@ -47,6 +48,9 @@ MISSING_PACKAGES_HINT = "inferlab build needs the notebook packages: pip install
 DEFAULT_TIMEOUT = 600
 DEFAULT_TERM = "spring-2026"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+# Figures are SVG: printed at the size the figure sets (a PNG was stretched to the column width, and a
+# 13-inch figure's 8 pt labels printed at 4 pt), their labels text (courseware/templates/matplotlibrc).
+FIGURE_FORMAT = "svg"
 EDITION_DIRS = {"student": Path("tutorials"), "instructor": Path("instructor") / "tutorials"}
 
 
@@ -111,6 +115,7 @@ def _kernel_env() -> dict[str, str]:
     env.pop("MPLBACKEND", None)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env["MATPLOTLIBRC"] = str(TEMPLATES / "matplotlibrc")     # figures as SVG with text, for print
     return env
 
 
@@ -133,7 +138,8 @@ def execute_notebook(notebook, folder: Path | None = None, timeout: int = DEFAUL
     km = manager_module.KernelManager(kernel_name="python3")
     # Pin the kernel to this interpreter: a user-level "python3" kernelspec may
     # point at another Python that does not have inferlab installed.
-    km.kernel_spec.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    km.kernel_spec.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                           f"--InlineBackend.figure_formats={FIGURE_FORMAT}"]
     socket_dir = None
     if os.name == "posix":
         # Local sockets instead of TCP ports (no ports to collide, no plain-text TCP warning).
@@ -160,13 +166,35 @@ def execute_notebook(notebook, folder: Path | None = None, timeout: int = DEFAUL
     return nb, time.perf_counter() - started, error
 
 
+def finish_page(page: str, formulas: list[tuple[str, bool]]) -> str:
+    """A rendered page made print-ready: its formulas typeset (KaTeX, courseware/formulas.py) and its
+    Chinese font embedded as TrueType (courseware/fonts.py), both inside the page."""
+    from courseware.fonts import font_faces
+    from courseware.formulas import put_back, stylesheet, typeset
+    from courseware.pdf import cjk_fonts
+    page = put_back(page, typeset(formulas))
+    css = stylesheet() if formulas else ""
+    if cjk_fonts():                      # an HTML-only build on a machine without the font keeps the system's
+        css += "\n" + font_faces(page)
+    return page.replace("</head>", f"<style>\n{css}\n</style>\n</head>", 1)
+
+
 def notebook_to_html(nb) -> str:
+    """One edition as a self-contained page: code wrapped at token boundaries for print
+    (courseware/codewrap.py), formulas typeset, fonts embedded."""
+    from courseware.codewrap import wrap_notebook
+    from courseware.formulas import cut_math
     nbconvert = _require("nbconvert")
+    nb = wrap_notebook(copy.deepcopy(nb))
+    formulas: list[tuple[str, bool]] = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = cut_math(cell.source, formulas)
     # lang zh: Chromium picks the Chinese glyphs of the CJK font for Han characters.
     exporter = nbconvert.HTMLExporter(template_name="inferlab", extra_template_basedirs=[str(TEMPLATES)],
                                       language_code="zh")
     body, _ = exporter.from_notebook_node(nb, resources={"inferlab_css": page_css()})
-    return body
+    return finish_page(body, formulas)
 
 
 def build_tutorial(path: Path, out_dir: Path, execute: bool = True, timeout: int = DEFAULT_TIMEOUT,
@@ -222,10 +250,13 @@ th {{ background: #f6f8fa; }}
 
 
 def markdown_to_html(text: str, title: str) -> str:
-    """A standalone HTML page for a Markdown document (tables, fenced code, strikethrough)."""
+    """A standalone HTML page for a Markdown document (tables, fenced code, strikethrough, formulas)."""
+    from courseware.formulas import cut_math
     mistune = _require("mistune")
     render = mistune.create_markdown(escape=False, plugins=["table", "strikethrough", "url"])
-    return _PAGE.format(title=html.escape(title), body=render(text), css=page_css())
+    formulas: list[tuple[str, bool]] = []
+    body = render(cut_math(text, formulas))
+    return finish_page(_PAGE.format(title=html.escape(title), body=body, css=page_css()), formulas)
 
 
 def _title_of(markdown: str, fallback: str) -> str:
