@@ -198,11 +198,13 @@ def notebook_to_html(nb) -> str:
 
 
 def build_tutorial(path: Path, out_dir: Path, execute: bool = True, timeout: int = DEFAULT_TIMEOUT,
-                   pdf: bool = False, editions: tuple[str, ...] = EDITIONS):
+                   pdf: bool | tuple[str, ...] = False, editions: tuple[str, ...] = EDITIONS):
     """Execute (unless told not to) and render one tutorial in each edition; returns (NotebookResult, notebook).
 
     `out_dir` is the build's root: each edition goes to its folder under it (EDITION_DIRS).
+    `pdf`: print every edition (True), none (False), or those named.
     """
+    printed = editions if pdf is True else tuple(pdf or ())
     from courseware.pdf import html_to_pdf
     from courseware.tutorial_source import instructor_notebook
     nb = instructor_notebook(path)
@@ -217,7 +219,7 @@ def build_tutorial(path: Path, out_dir: Path, execute: bool = True, timeout: int
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(notebook_to_html(edition(nb, which)), encoding="utf-8")
         result.pages[which] = target
-        if pdf:
+        if which in printed:
             result.pdfs[which] = html_to_pdf(target, target.with_suffix(".pdf"))
     return result, nb
 
