@@ -137,7 +137,7 @@ assert continuous["steps"] < static["steps"]
 # 其他请求停一步。图的尾部 batch 也会变小：没有新请求可补时，continuous batching 也帮不上忙。
 
 # %%
-fig, axes = plt.subplots(2, 1, figsize=(11, 4.5), sharex=True, sharey=True)
+fig, axes = plt.subplots(2, 1, figsize=(7, 4.2), sharex=True, sharey=True)
 for ax, r in zip(axes, (static, continuous)):
     ax.step(range(len(r["batch_sizes"])), r["batch_sizes"], where="post")
     ax.fill_between(range(len(r["batch_sizes"])), r["batch_sizes"], step="post", alpha=0.3)
@@ -155,7 +155,7 @@ plt.show()
 # static batching 下，排在后面几组的短请求要先等前面整组跑完，所以完成得很晚。
 
 # %%
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.5))
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7, 3.2))
 x = np.arange(len(workload))
 ax1.bar(x - 0.2, np.array(static["finish_s"]) * 1e3, width=0.4, label="static")
 ax1.bar(x + 0.2, np.array(continuous["finish_s"]) * 1e3, width=0.4, label="continuous")
