@@ -188,6 +188,44 @@ for seq_id, row in states.items():
         print(f"request {seq_id}: preempted for {row.count('preempted')} steps, prefilled {n_prefill} times")
 
 # %% [markdown]
+# ### 2.1 `Sequence`：请求跨阶段存活的那个对象（第 3 讲）
+#
+# 第 3 讲："如果不能说清 Sequence 承载了哪些字段，就很难讲明请求是如何跨阶段存活的"，并点名四个字段：
+# `status`、`num_cached_tokens`、`block_table`、`last_block_num_tokens`。跟着一个请求（block 大小 16，prompt 30 个 token）走一遍：
+
+# %%
+solo = LLM(MODEL, device="auto", kvcache_block_size=16, enable_prefix_caching=False)
+solo_id = solo.add_request(list(range(1, 31)), SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))
+seq = solo.scheduler.waiting[0]
+FIELDS = ("status", "num_cached_tokens", "block_table", "last_block_num_tokens")
+
+
+def fields(seq):
+    return {"len": len(seq), **{name: getattr(seq, name) for name in FIELDS}, "block_table": list(seq.block_table)}
+
+
+trail = [("after add_request", fields(seq))]
+while not solo.is_finished():
+    solo.step()
+    trail.append((f"after step {solo.step_index - 1}", fields(seq)))
+for when, f in trail:
+    print(f"{when:18} len={f['len']:2d} status={f['status'].name:8} cached={f['num_cached_tokens']:2d} "
+          f"block_table={f['block_table']} last_block_num_tokens={f['last_block_num_tokens']}")
+assert [f["status"].name for _, f in trail][:2] == ["WAITING", "RUNNING"] and trail[-1][1]["status"].name == "FINISHED"
+running = [f for _, f in trail if f["status"].name == "RUNNING"]
+assert all(f["last_block_num_tokens"] == f["len"] - 16 * ((f["len"] - 1) // 16) for f in running)
+assert all(len(f["block_table"]) == -(-f["num_cached_tokens"] // 16) for f in running)   # blocks hold the cached K/V
+assert trail[-1][1]["block_table"] == [] and trail[-1][1]["num_cached_tokens"] == 0
+
+# %% [markdown]
+# 四个字段把 "请求内容、调度状态、KV 元数据" 压在同一个对象上（讲义的原话）：`status` 是调度器看的（waiting → running → finished），
+# `num_cached_tokens` 是已经有 K/V 的 token 数（prefill 之后等于整个 prompt，decode 时每步加一），`block_table` 是它的 KV 放在哪些物理 block 里，
+# `last_block_num_tokens` 是按长度算的最后一个 block 里的 token 数 —— 长度到 33 时它回到 1。注意 `block_table` 晚一步才多出第 3 个 block：
+# 刚采样出来的第 33 个 token 还没有 K/V，要等下一步把它的 K/V 写进 cache 时才需要新 block，所以 block 数始终是
+# `num_cached_tokens` 除以 16 向上取整（断言；`docs/design.md` 的 edge case 5）。
+# 请求结束时 block 还给 pool，`block_table` 被清空、`num_cached_tokens` 归零（断言）：这就是讲义说的 "完成后的尾部动作"。
+
+# %% [markdown]
 # ## 3. TTFT = queue + schedule + prefill
 #
 # 对每个请求（时间都来自 `time.perf_counter()`，和 log 用的是同一个时钟）：
