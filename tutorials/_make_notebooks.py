@@ -15,6 +15,8 @@ a machine that has a GPU but no Jupyter.
 Usage:
     python tutorials/_make_notebooks.py            # (re)write every notebook
     python tutorials/_make_notebooks.py --check    # exit 1 if a notebook is stale
+    python tutorials/_make_notebooks.py --instructor DIR   # the full notebooks, answers and notes included,
+                                                           # into DIR (outside the repository) to teach from
 """
 from __future__ import annotations
 
@@ -49,7 +51,17 @@ def source_files() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report stale notebooks instead of writing them")
+    parser.add_argument("--instructor", metavar="DIR", type=Path,
+                        help="write the full notebooks (answers, instructor notes) into DIR instead")
     args = parser.parse_args(argv)
+    if args.instructor:
+        if args.instructor.resolve().is_relative_to(HERE.parent.resolve()):
+            parser.error("--instructor DIR must be outside the repository: the notebooks there are given to students")
+        args.instructor.mkdir(parents=True, exist_ok=True)
+        for src in source_files():
+            (args.instructor / f"{src.stem}.ipynb").write_text(render(build_notebook(src)), encoding="utf-8")
+            print(f"wrote {args.instructor / (src.stem + '.ipynb')}")
+        return 0
     stale = []
     for src in source_files():
         target = HERE / f"{src.stem}.ipynb"
