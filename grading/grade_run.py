@@ -38,7 +38,8 @@ from labkit.locate import in_student_terms
 from grading.items import ItemContext, grade_item
 from grading.results import ItemResult, device_description, package_versions, read_result, write_json_atomic
 from labkit.rubric import Rubric, load_rubric
-from grading.submission import Submission, extract, file_hashes, find_submissions, ignored_files, missing_students
+from grading.submission import (Submission, extract, file_hashes, find_submissions, given_package, ignored_files,
+                                missing_students)
 from labkit.tree import ReferenceTree, load_reference
 
 WORK = ".work"
@@ -80,6 +81,7 @@ class Shared:
     golden_sha256: str
     notes: list[str] = field(default_factory=list)
     shipped: dict[str, str] | None = None     # the lab's release, path -> sha256: what the student was given
+    given: dict[str, str] = field(default_factory=dict)   # its student_exercises/ modules, read against
 
 
 def release_hashes(lab: str, tree: ReferenceTree) -> dict[str, str] | None:
@@ -114,7 +116,7 @@ def _regions_and_flags(sub: Submission, shared: Shared):
     flags = ignored_files(hashes, shared.shipped)
     if not sub.package.is_dir():
         notes.append("no student_exercises/ folder in the submission: every region counts as missing")
-    extraction = extract(sub.package, shared.tree, shared.options.lab)
+    extraction = extract(sub.package, shared.tree, shared.options.lab, shared.given)
     flags += [f"ignored or suspicious: {s}" for s in extraction.suspicious]
     notes += extraction.notes
     notes += [edit.describe() for edit in extraction.outside_edits]
@@ -225,7 +227,7 @@ def prepare(options: RunOptions) -> Shared:
     environment = {"device": device_description(cuda), "versions": package_versions(), "spawn": options.spawn}
     return Shared(options, rubric, golden, tree, fence, cuda, reference, environment,
                   hashlib.sha256(rubric.path.read_bytes()).hexdigest(), golden_sha256(options.lab), notes,
-                  release_hashes(options.lab, tree))
+                  release_hashes(options.lab, tree), given_package(tree, options.lab))
 
 
 def grade_run(options: RunOptions, console: Console | None = None, show_progress: bool = True) -> RunSummary:

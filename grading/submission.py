@@ -19,11 +19,11 @@ from pathlib import Path
 
 from labkit.tree import PACKAGE, ReferenceTree, generate
 from labkit.labs import exercise_labs
-from courseware.release_code import release_package
+from labkit.tree import release_package
 from labkit.student_code import Extraction, RegionStatus, read_student_code
 
 __all__ = ["Extraction", "RegionStatus", "Submission", "extract", "file_hashes", "find_submissions",
-           "ignored_files", "missing_students"]
+           "given_package", "ignored_files", "missing_students"]
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
 MAX_FILES = 2000
@@ -123,7 +123,13 @@ def ignored_files(hashes: dict[str, str], shipped: dict[str, str] | None = None)
     return notes
 
 
-def extract(submission_package: Path, tree: ReferenceTree, lab: str) -> Extraction:
-    """The student's code for `lab`, read against what the student was given (the lab's release)."""
-    given = release_package(tree, lab) if lab in exercise_labs() else generate(tree)
-    return read_student_code(submission_package, given, lab)
+def given_package(tree: ReferenceTree, lab: str) -> dict[str, str]:
+    """What a student of `lab` was given: the lab's release package (the whole generated engine for a lab
+    without exercises). A grading run computes it once, not once per submission."""
+    return release_package(tree, lab) if lab in exercise_labs(tree.root) else generate(tree)
+
+
+def extract(submission_package: Path, tree: ReferenceTree, lab: str,
+            given: dict[str, str] | None = None) -> Extraction:
+    """The student's code for `lab`, read against what the student was given (`given_package`)."""
+    return read_student_code(submission_package, given if given is not None else given_package(tree, lab), lab)

@@ -4,25 +4,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from courseware.measure_cli import BACKENDS, DEVICES, DTYPES, ENGINE_DEFAULT  # noqa: F401 (the engine flags' choices)
+from courseware.measure_cli import add_parsers as add_measure_parsers
 from courseware.terminal import make_console, print_error
+
+
+def engine_settings(args: argparse.Namespace, names: dict[str, str]) -> dict:
+    """{Config field: value} for the engine flags given on the command line (`names`: flag dest -> field)."""
+    return {field: getattr(args, dest) for dest, field in names.items() if getattr(args, dest, None) not in (None, False)}
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from courseware.demo import run_demo
-    run_demo(args.model, args.device, args.log, tensor_parallel_size=args.tensor_parallel_size)
-    return 0
-
-
-def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
-    from courseware.tiny_model import make_tiny_model
-    path = make_tiny_model(args.dir, seed=args.seed)
-    make_console().print(f"tiny Qwen3 model (seed {args.seed}) written to [bold]{path}[/bold]")
-    return 0
-
-
-def _cmd_trace(args: argparse.Namespace) -> int:
-    from courseware.trace import render_trace
-    render_trace(args.log)
+    run_demo(args.model, args.log, **engine_settings(args, {"device": "device",
+                                                            "tensor_parallel_size": "tensor_parallel_size"}))
     return 0
 
 
@@ -56,11 +51,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from courseware.tiny_model import ensure_tiny_model
     from reference.serving.api_server import serve
     model = args.model or str(ensure_tiny_model())
-    engine = {"device": args.device, "dtype": args.dtype, "max_num_seqs": args.max_num_seqs,
-              "max_num_batched_tokens": args.max_num_batched_tokens, "kvcache_block_size": args.block_size,
-              "num_kvcache_blocks": args.num_kvcache_blocks, "max_model_len": args.max_model_len,
-              "enable_chunked_prefill": args.enable_chunked_prefill, "async_scheduling": args.async_scheduling,
-              "enforce_eager": args.enforce_eager, "lifecycle_log": args.lifecycle_log}
+    engine = engine_settings(args, {
+        "device": "device", "dtype": "dtype", "max_num_seqs": "max_num_seqs",
+        "max_num_batched_tokens": "max_num_batched_tokens", "block_size": "kvcache_block_size",
+        "num_kvcache_blocks": "num_kvcache_blocks", "max_model_len": "max_model_len",
+        "enable_chunked_prefill": "enable_chunked_prefill", "async_scheduling": "async_scheduling",
+        "enforce_eager": "enforce_eager", "lifecycle_log": "lifecycle_log"})
     make_console(stderr=True).print(f"serving [bold]{model}[/bold] on http://{args.host}:{args.port}/v1")
     serve(model, args.host, args.port, args.served_model_name, args.max_waiting_requests, **engine)
     return 0
@@ -93,35 +89,26 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from courseware.bench import BENCH_ENGINE
-    from reference.config import BACKENDS, DEVICES, DTYPES, config_default
     parser = argparse.ArgumentParser(prog="inferlab", description="InferLab: a teaching LLM inference engine.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run a batch of chat prompts through the reference engine")
-    demo.add_argument("--device", choices=DEVICES, default=config_default("device"))
+    demo.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
     demo.add_argument("--model", default=None, help="Hugging Face model folder (default: the built-in tiny model)")
     demo.add_argument("--log", default="inferlab_logs/demo.jsonl", help="where to write the lifecycle log")
-    demo.add_argument("--tensor-parallel-size", type=int, default=config_default("tensor_parallel_size"),
+    demo.add_argument("--tensor-parallel-size", type=int, default=None,
                       help="split the model over N processes (N GPUs on CUDA; gloo on the CPU)")
     demo.set_defaults(func=_cmd_demo)
 
-    tiny = sub.add_parser("make-tiny-model", help="write the built-in tiny Qwen3 model to a folder")
-    tiny.add_argument("dir")
-    tiny.add_argument("--seed", type=int, default=0)
-    tiny.set_defaults(func=_cmd_make_tiny_model)
+    bench = add_measure_parsers(sub)      # make-tiny-model, trace, bench (offline): courseware/measure_cli.py
 
-    trace = sub.add_parser("trace", help="print per-request and per-step metrics of a lifecycle log")
-    trace.add_argument("log")
-    trace.set_defaults(func=_cmd_trace)
-
-    from labkit.labs import exercise_labs
+    from labkit.labs import exercise_labs, release_labs
     labs = exercise_labs()
     exercises = sub.add_parser("exercises", help="build, check or list student_exercises/ (cut from reference/)")
     exercises.add_argument("action", choices=["build", "check", "list"])
     exercises.set_defaults(func=_cmd_exercises)
     release = sub.add_parser("release", help="make the repository a student gets for one lab")
-    release.add_argument("--lab", required=True, choices=labs)
+    release.add_argument("--lab", required=True, choices=release_labs())
     release.add_argument("--out", required=True, help="folder to create (absent or empty)")
     release.set_defaults(func=_cmd_release)
     check = sub.add_parser("check", help="run a lab's public tests and print the score table")
@@ -150,44 +137,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", default=None, help="the `model` clients send (default: folder name)")
     serve.add_argument("--max-waiting-requests", type=int, default=256,
                        help="past this many requests waiting, answer 503 with Retry-After")
-    serve.add_argument("--device", choices=DEVICES, default=config_default("device"))
-    serve.add_argument("--dtype", choices=list(DTYPES), default=config_default("dtype"))
-    serve.add_argument("--max-num-seqs", type=int, default=config_default("max_num_seqs"))
-    serve.add_argument("--max-num-batched-tokens", type=int, default=config_default("max_num_batched_tokens"))
-    serve.add_argument("--max-model-len", type=int, default=config_default("max_model_len"))
-    serve.add_argument("--block-size", type=int, default=config_default("kvcache_block_size"))
-    serve.add_argument("--num-kvcache-blocks", type=int, default=config_default("num_kvcache_blocks"))
+    serve.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--dtype", choices=DTYPES, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-num-seqs", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-num-batched-tokens", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-model-len", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--block-size", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--num-kvcache-blocks", type=int, default=None, help=ENGINE_DEFAULT)
     serve.add_argument("--enable-chunked-prefill", action="store_true")
     serve.add_argument("--async-scheduling", action="store_true")
     serve.add_argument("--enforce-eager", action="store_true")
     serve.add_argument("--lifecycle-log", default=None, help="write the lifecycle log (JSONL) here")
     serve.set_defaults(func=_cmd_serve)
 
-    bench = sub.add_parser("bench", help="measure output throughput offline, or load a server (`bench serve`)")
     bench.add_argument("mode", nargs="?", choices=["offline", "serve"], default="offline",
                        help="offline: the engine in this process; serve: an HTTP server at --url")
-    bench.add_argument("--workload", choices=["bench-256", "quick"], default="quick")
-    bench.add_argument("--shape", choices=["qwen3-0.6b"], default="qwen3-0.6b",
-                       help="random-weight model of this shape (no download)")
-    bench.add_argument("--model", default=None, help="a real Hugging Face checkpoint folder instead of --shape")
-    bench.add_argument("--compare", choices=["hf", "none"], default="none")
-    bench.add_argument("--hf-batch-size", type=int, default=256,
-                       help="the largest transformers batch tried with --compare hf (halved on out-of-memory)")
-    bench.add_argument("--device", choices=DEVICES, default=config_default("device"))
-    bench.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    bench.add_argument("--backend", choices=BACKENDS, default=config_default("attention_backend"))
-    bench.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
-    bench.add_argument("--scheduling", choices=["async", "sync", "both"], default="async",
-                       help="async: schedule step k+1 while step k computes; both: run sync, then async")
-    bench.add_argument("--max-num-seqs", type=int, default=config_default("max_num_seqs"))
-    bench.add_argument("--max-num-batched-tokens", type=int, default=None,
-                       help=f"default {BENCH_ENGINE['max_num_batched_tokens']}, the bench's own setting "
-                            "(courseware/bench.py says why)")
-    bench.add_argument("--block-size", type=int, default=config_default("kvcache_block_size"))
-    bench.add_argument("--seed", type=int, default=config_default("seed"))
-    bench.add_argument("--tensor-parallel-size", type=int, default=config_default("tensor_parallel_size"),
-                       help="split the model over N GPUs (needs --scheduling sync)")
-    bench.add_argument("--out", default=None, help="write the results as JSON here")
     serve_load = bench.add_argument_group("bench serve (an online load against --url)")
     serve_load.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
     serve_load.add_argument("--served-model-name", default=None, help="default: the server's first model")
