@@ -166,20 +166,21 @@ def execute_notebook(notebook, folder: Path | None = None, timeout: int = DEFAUL
     return nb, time.perf_counter() - started, error
 
 
-def finish_page(page: str, formulas: list[tuple[str, bool]]) -> str:
-    """A rendered page made print-ready: its formulas typeset (KaTeX, courseware/formulas.py) and its
-    Chinese font embedded as TrueType (courseware/fonts.py), both inside the page."""
+def finish_page(page: str, formulas: list[tuple[str, bool]], embed_fonts: bool = False) -> str:
+    """A rendered page with its formulas typeset (KaTeX, courseware/formulas.py) and, for a page that will be
+    printed, its Chinese font embedded as TrueType (courseware/fonts.py; a few seconds a page, and only the
+    PDF's text layer needs it)."""
     from courseware.fonts import font_faces
     from courseware.formulas import put_back, stylesheet, typeset
     from courseware.pdf import cjk_fonts
     page = put_back(page, typeset(formulas))
     css = stylesheet() if formulas else ""
-    if cjk_fonts():                      # an HTML-only build on a machine without the font keeps the system's
+    if embed_fonts and cjk_fonts():
         css += "\n" + font_faces(page)
     return page.replace("</head>", f"<style>\n{css}\n</style>\n</head>", 1)
 
 
-def notebook_to_html(nb) -> str:
+def notebook_to_html(nb, embed_fonts: bool = False) -> str:
     """One edition as a self-contained page: code wrapped at token boundaries for print
     (courseware/codewrap.py), formulas typeset, fonts embedded."""
     from courseware.codewrap import wrap_notebook
@@ -194,7 +195,7 @@ def notebook_to_html(nb) -> str:
     exporter = nbconvert.HTMLExporter(template_name="inferlab", extra_template_basedirs=[str(TEMPLATES)],
                                       language_code="zh")
     body, _ = exporter.from_notebook_node(nb, resources={"inferlab_css": page_css()})
-    return finish_page(body, formulas)
+    return finish_page(body, formulas, embed_fonts)
 
 
 def build_tutorial(path: Path, out_dir: Path, execute: bool = True, timeout: int = DEFAULT_TIMEOUT,
@@ -217,7 +218,7 @@ def build_tutorial(path: Path, out_dir: Path, execute: bool = True, timeout: int
     for which in editions:
         target = out_dir / EDITION_DIRS[which] / f"{stem}.html"
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(notebook_to_html(edition(nb, which)), encoding="utf-8")
+        target.write_text(notebook_to_html(edition(nb, which), embed_fonts=which in printed), encoding="utf-8")
         result.pages[which] = target
         if which in printed:
             result.pdfs[which] = html_to_pdf(target, target.with_suffix(".pdf"))
@@ -251,14 +252,14 @@ th {{ background: #f6f8fa; }}
 """
 
 
-def markdown_to_html(text: str, title: str) -> str:
+def markdown_to_html(text: str, title: str, embed_fonts: bool = False) -> str:
     """A standalone HTML page for a Markdown document (tables, fenced code, strikethrough, formulas)."""
     from courseware.formulas import cut_math
     mistune = _require("mistune")
     render = mistune.create_markdown(escape=False, plugins=["table", "strikethrough", "url"])
     formulas: list[tuple[str, bool]] = []
     body = render(cut_math(text, formulas))
-    return finish_page(_PAGE.format(title=html.escape(title), body=body, css=page_css()), formulas)
+    return finish_page(_PAGE.format(title=html.escape(title), body=body, css=page_css()), formulas, embed_fonts)
 
 
 def _title_of(markdown: str, fallback: str) -> str:
@@ -277,7 +278,8 @@ def build_handouts(root: Path, out_dir: Path, pdf: bool = False) -> list[Path]:
         folder = out_dir / readme.parent.name
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / "README.html"
-        target.write_text(markdown_to_html(text, _title_of(text, readme.parent.name)), encoding="utf-8")
+        target.write_text(markdown_to_html(text, _title_of(text, readme.parent.name), embed_fonts=pdf),
+                          encoding="utf-8")
         written.append(target)
         if pdf:
             written.append(html_to_pdf(target, target.with_suffix(".pdf")))

@@ -21,6 +21,7 @@ import nbformat
 import pytest
 
 from courseware.build import build_tutorial, find_tutorials
+from courseware.codewrap import MARK
 from courseware.editions import HIDDEN_FROM_STUDENTS, tags
 from courseware.release_tutorials import release_notebook
 from courseware.tutorial_source import build_notebook, source_of
@@ -35,7 +36,9 @@ LIST_ITEM = re.compile(r"^(?:[-+]|\d+\.)\s+")
 
 
 def _normal(text: str) -> str:
-    return " ".join(text.split())
+    """Text without whitespace or the print's line-continuation marks: a rendered page breaks long code lines
+    (courseware/codewrap.py) and markdown reflows prose, so only the characters themselves are compared."""
+    return "".join(text.replace(MARK, "").split())
 
 
 def without_styles(page: str) -> str:
@@ -57,7 +60,7 @@ def fingerprints(full) -> list[str]:
     """Fragments of the answer and instructor cells that no student-visible cell contains."""
     visible = "\n".join(c.source for c in full.cells if not tags(c) & HIDDEN_FROM_STUDENTS)
     # the student-visible text as markdown renders it: markup dropped, or turned into a space
-    public = _normal(SPLIT.sub("", visible)) + "\n" + _normal(SPLIT.sub(" ", visible))
+    public = _normal(SPLIT.sub("", visible))
     found = []
     for cell in full.cells:
         if not tags(cell) & HIDDEN_FROM_STUDENTS:
@@ -65,7 +68,7 @@ def fingerprints(full) -> list[str]:
         for line in cell.source.splitlines():
             for fragment in SPLIT.split(LIST_ITEM.sub("", line.strip())):
                 fragment = _normal(fragment)
-                long_enough = len(fragment) >= 24 or (len(fragment) >= 8 and CJK.search(fragment))
+                long_enough = len(fragment) >= 20 or (len(fragment) >= 8 and CJK.search(fragment))
                 if long_enough and fragment not in public:
                     found.append(fragment)
     return found
