@@ -292,7 +292,8 @@ assert first_sched[2] == first_finish + 1
 #
 # - 排队：`queue_time`（`ARRIVED` 到第一次 `SCHEDULED`）占了 TTFT 的大半；
 # - 状态：请求被 `PREEMPTED`（KV block 不够），要重新 prefill；
-# - 执行路径：相邻两个 token 之间的间隔（ITL）最长的那一段里夹着一个 prefill 步（别人的长 prompt 占住了那一步）。
+# - 执行路径：它相邻两个 token 之间隔了不止一步，中间那一步是别人的 prefill（别人的长 prompt 占住了那一步，这个 ITL 多了一整个 prefill）。
+#   用 step 而不是毫秒找这一段：机器偶尔一卡也能造出一个长 ITL，但 "这一步没有调度它" 只有 log 能说。
 
 # %% [answer]
 from reference.metrics import request_metrics
@@ -306,11 +307,13 @@ def diagnose(events, seq_id):
     if m.queue_time > 0.5 * m.ttft:
         return f"排队（queue_time 占 TTFT {m.queue_time / m.ttft:.0%}）"
     tokens = [e for e in events if e["seq_id"] == seq_id and e["event"] in ("FIRST_TOKEN", "TOKEN")]
-    gaps = [(b["time"] - a["time"], a["step"], b["step"]) for a, b in zip(tokens, tokens[1:])]
-    _, before, after = max(gaps)
+    # the gap between two of its tokens that spans the most steps: a step it sat out is someone else's step
+    gap_steps, before, after, ms = max((b["step"] - a["step"], a["step"], b["step"], (b["time"] - a["time"]) * 1e3)
+                                       for a, b in zip(tokens, tokens[1:]))
     prefill_steps = [e["step"] for e in events if e["event"] == "STEP" and e["is_prefill"] and before < e["step"] < after]
     if prefill_steps:
-        return f"执行路径（最长 ITL 从 step {before} 到 {after}，中间 step {prefill_steps[0]} 是别人的 prefill）"
+        return (f"执行路径（token 之间隔了 {gap_steps} 步：step {before} 到 {after}，中间 step {prefill_steps[0]} "
+                f"是别人的 prefill，这个 ITL {ms:.1f} ms）")
     return "看不出来"
 
 
