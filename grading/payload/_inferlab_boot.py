@@ -24,6 +24,7 @@ import _inferlab_sandbox
 
 MODEL_ENV = "INFERLAB_GRADING_MODEL"
 SYSTEM_ROOTS = ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/sys", "/dev", "/opt"]
+NO_CODE_ROOTS = ("/etc", "/proc", "/sys", "/dev")     # readable, but no extension module is loaded from there
 
 
 def warm_up() -> None:
@@ -70,31 +71,62 @@ def read_roots(hidden: list[str]) -> list[str]:
     return roots
 
 
+def _reporters(policy):
+    """(refuse, note): write the tag line the grader turns into a flag, then refuse (raise) or go on.
+
+    A use on the model's folder is the engine's own (safetensors maps the
+    weights through `UntypedStorage.from_file`): not noted; nor is an
+    argument that names no file (`framework="pt"`).
+    """
+    write = os.write
+    model = os.path.realpath(os.environ.get(MODEL_ENV) or "/nonexistent-model")
+
+    def refuse(name: str, path: str) -> None:
+        write(2, f"{_inferlab_sandbox.DENIED_TAG} {name} {path!r}\n".encode("utf-8", "replace"))
+        raise PermissionError(f"inferlab grader: {name} of {path} is not allowed while grading")
+
+    def note(name: str, path: str) -> None:
+        full = os.path.realpath(path)
+        if full == model or full.startswith(model + os.sep) or not os.path.exists(full):
+            return                                   # the engine's weights, or an argument that is not a file
+        write(2, f"{_inferlab_sandbox.NOTED_TAG} {name} {path!r}\n".encode("utf-8", "replace"))
+
+    return refuse, note
+
+
 def _guard_native_readers(policy) -> list[str]:
     """Wrap the file readers of loaded libraries that bypass Python's `open` (so its audit event).
 
     Landlock stops these at the kernel where it exists; without it this is
     the only check, and it covers the readers a submission is likely to try,
-    not every native entry point (see docs/grading.md).
+    not every native entry point (`grading.unfenced.OPEN_NATIVE_READERS`
+    lists what stays open; the grader refuses to run without Landlock unless
+    told to). A wrapper holds the original, which graded code could reach
+    through the wrapper's closure: torch's readers are therefore closed
+    without keeping one (`_close_torch_readers`).
     """
-    tag, write = _inferlab_sandbox.DENIED_TAG, os.write
     allowed = _inferlab_sandbox.read_allowed
+    refuse, note = _reporters(policy)
 
     def guarded(fn, name):
         def wrapper(*args, **kwargs):
-            path = args[0] if args else next(iter(kwargs.values()), None)
-            if isinstance(path, (str, bytes, os.PathLike)) and not allowed(policy, path):
-                write(2, f"{tag} {name} {os.fspath(path)!r}\n".encode("utf-8", "replace"))
-                raise PermissionError(f"inferlab grader: {name} of {os.fspath(path)} is not allowed while grading")
+            for path in [*args, *kwargs.values()]:
+                if isinstance(path, (str, bytes, os.PathLike)):
+                    shown = os.fsdecode(os.fspath(path))
+                    if not allowed(policy, path):
+                        refuse(name, shown)
+                    note(name, shown)
             return fn(*args, **kwargs)
         return wrapper
 
     import safetensors
     import safetensors.numpy
     import tokenizers
-    targets = [(torch, "from_file"), (torch.UntypedStorage, "from_file"), (torch._C._VariableFunctions, "from_file"),
-               (numpy, "fromfile"), (safetensors, "safe_open"), (safetensors.torch, "load_file"),
+    import tokenizers.models
+    targets = [(numpy, "fromfile"), (safetensors, "safe_open"), (safetensors.torch, "load_file"),
                (safetensors.numpy, "load_file"), (tokenizers.Tokenizer, "from_file")]
+    targets += [(getattr(tokenizers.models, model), method) for model in ("BPE", "WordPiece", "WordLevel")
+                for method in ("from_file", "read_file") if hasattr(tokenizers.models, model)]
     done = []
     for owner, attr in targets:
         original = getattr(owner, attr, None)
@@ -108,11 +140,77 @@ def _guard_native_readers(policy) -> list[str]:
     return done
 
 
+def _close_torch_readers(policy) -> list[str]:
+    """torch's file readers, closed where graded code cannot undo it, and every use flagged.
+
+    `aten::from_file` (`torch.from_file`, `torch.ops.aten.from_file`, a
+    TorchScript function calling it: every route goes through the
+    dispatcher) gets a CPU kernel of ours, and `UntypedStorage.from_file`
+    (storage loads, `torch.load(mmap=True)`) a class method of ours in the C
+    type's own dictionary. Neither keeps the original: both read through
+    Python's `open`, which the audit hook checks, after the same read rule,
+    and refuse a shared memory map. The dispatcher registration is leaked on
+    purpose (its handle unreachable from Python, so nothing can deregister
+    it). Done before the audit hook is in place (it takes ctypes). The
+    price: these readers copy instead of mapping (the engine uses neither),
+    and each use is flagged for the TA.
+    """
+    import ctypes
+    import gc
+    import warnings
+
+    allowed = _inferlab_sandbox.read_allowed
+    refuse, note = _reporters(policy)
+
+    def contents(name: str, filename, shared) -> bytes:
+        path = os.fsdecode(os.fspath(filename))
+        if shared:
+            refuse(f"{name} (a shared memory map of a file)", path)
+        if not allowed(policy, path):
+            refuse(name, path)
+        note(name, path)
+        with open(path, "rb") as handle:
+            return handle.read()
+
+    def from_file(filename, shared=None, size=0, *, dtype=None, layout=None, device=None, pin_memory=None):
+        dtype = dtype or torch.get_default_dtype()
+        data = contents("torch.from_file", filename, shared)
+        count = int(size or 0)
+        wanted = count * torch.empty((), dtype=dtype).element_size()
+        if len(data) < wanted:
+            raise RuntimeError(f"from_file: the file holds {len(data)} bytes, {wanted} were asked for")
+        return torch.frombuffer(bytearray(data[:wanted]), dtype=dtype) if count else torch.empty(0, dtype=dtype)
+
+    def storage_from_file(cls, filename, shared=False, nbytes=0):
+        data = contents("torch.UntypedStorage.from_file", filename, shared)
+        wanted = int(nbytes or 0)
+        if len(data) < wanted:
+            raise RuntimeError(f"from_file: the file holds {len(data)} bytes, {wanted} were asked for")
+        storage = cls(wanted)
+        if wanted:
+            storage.copy_(torch.frombuffer(bytearray(data[:wanted]), dtype=torch.uint8).untyped_storage())
+        return storage
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                    # "overriding a previously registered kernel"
+        library = torch._C._dispatch_library("IMPL", "aten", "")
+        library.impl("from_file", "CPU", from_file, False)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(library))
+    del library
+    base = torch._C.StorageBase
+    gc.get_referents(base.__dict__)[0]["from_file"] = classmethod(storage_from_file)
+    ctypes.pythonapi.PyType_Modified(ctypes.py_object(base))
+    return ["aten::from_file", "StorageBase.from_file"]
+
+
 def fence() -> dict:
     """Warm up and fence this process from the policy in the environment; returns what is in force."""
     warm_up()
     policy = _inferlab_sandbox.Policy.from_env()
     landlock = json.loads(os.environ.pop("INFERLAB_LANDLOCK", "true"))
-    summary = _inferlab_sandbox.install(policy, read_roots(policy.hidden) if landlock else None)
-    summary["guarded_readers"] = len(_guard_native_readers(policy))
+    roots = read_roots(policy.hidden)
+    code = [root for root in roots if not any(root == r or root.startswith(r + os.sep) for r in NO_CODE_ROOTS)]
+    closed = _close_torch_readers(policy)
+    summary = _inferlab_sandbox.install(policy, roots if landlock else None, code_roots=code)
+    summary["guarded_readers"] = len(_guard_native_readers(policy)) + len(closed)
     return summary

@@ -14,15 +14,18 @@ Three layers, all impossible to remove once in place:
 3. A Python audit hook (PEP 578): refuses starting processes, signals, sockets,
    ctypes, reading the hidden tests' sources (compiled before the fence),
    importing the instructor's packages (`reference`, `grading`,
-   `bugzoo`), reading the hidden roots (golden outputs, results, other
+   `bugzoo`) or modules that reach files or native code without an audit
+   event (`NATIVE_MODULES`), loading an extension module from outside
+   Python's folders, reading the hidden roots (golden outputs, results, other
    submissions, the instructor's sources), writing outside scratch, symlinks,
    `chdir` out of the harness and scratch, and relative paths with `..` (which
    could be resolved against a directory descriptor the hook cannot see).
 
 Every refusal raises PermissionError in the graded code and writes one line
 `INFERLAB-SANDBOX-DENIED <event> <detail>` to the process's stderr, which the
-grader reads to name the attempt in the student's result. Scoring never
-depends on that line: the verdict is computed elsewhere.
+grader reads to name the attempt in the student's result (a use that is
+allowed but worth a look writes `INFERLAB-SANDBOX-NOTED ...` instead). Scoring
+never depends on those lines: the verdict is computed elsewhere.
 """
 from __future__ import annotations
 
@@ -32,6 +35,11 @@ import sys
 
 ENV = "INFERLAB_SANDBOX"
 DENIED_TAG = "INFERLAB-SANDBOX-DENIED"
+NOTED_TAG = "INFERLAB-SANDBOX-NOTED"        # allowed, but worth a TA's look: a native file reader was used
+
+# Modules that reach files or native code without any audit event: readline's history loaders read any text
+# file line by line, cffi calls any C function. No engine needs them; refused at import like the course's own.
+NATIVE_MODULES = ("readline", "cffi", "_cffi_backend")
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -72,7 +80,7 @@ class Policy:
         self.readable = [os.path.realpath(p) for p in readable]
         self.secret = [os.path.realpath(p) for p in secret or []]       # inside readable, yet never read
         self.hidden = [os.path.realpath(p) for p in hidden]
-        self.modules = tuple(modules)
+        self.modules = tuple(modules) + NATIVE_MODULES
         # Only on CUDA machines: Triton compiles kernels with its ptxas and their launchers with the C
         # compiler, so exactly those executables may be started (under Landlock they inherit the fence),
         # and the GPU's device files may be opened read-write. Empty everywhere else.
@@ -126,8 +134,12 @@ def split_around(roots: list[str], secret: list[str]) -> tuple[list[str], list[s
     return full, list_only
 
 
-def install(policy: Policy, landlock_read_roots: list[str] | None = None) -> dict:
-    """Fence this process. Returns what was put in place (recorded in the observations file)."""
+def install(policy: Policy, landlock_read_roots: list[str] | None = None, code_roots: list[str] | None = None) -> dict:
+    """Fence this process. Returns what was put in place (recorded in the observations file).
+
+    `code_roots`: folders extension modules may be loaded from besides the
+    readable roots (Python's sys.path and the system's library folders).
+    """
     summary: dict = {"audit_hook": True, "landlock": None, "seccomp": None, "programs": sorted(policy.programs)}
     if landlock_read_roots is not None:
         try:
@@ -146,17 +158,18 @@ def install(policy: Policy, landlock_read_roots: list[str] | None = None) -> dic
             summary["seccomp"] = _inferlab_seccomp.restrict()
         except OSError as err:
             summary["seccomp"] = {"error": str(err)}
-    _install_hook(policy)
+    _install_hook(policy, [os.path.realpath(p) for p in code_roots or []])
     return summary
 
 
-def _install_hook(policy: Policy) -> None:
+def _install_hook(policy: Policy, code_roots: list[str]) -> None:
     # Bind everything the hook uses now: graded code may replace module attributes later.
     realpath, join, fspath, getcwd = os.path.realpath, os.path.join, os.fspath, os.getcwd
     write, isdir, pid = os.write, os.path.isdir, os.getpid()
     fsdecode, sep, pardir = os.fsdecode, os.sep, os.pardir
     scratch, readable, hidden, modules = policy.scratch, list(policy.readable), list(policy.hidden), policy.modules
     secret = list(policy.secret)
+    code = [*readable, *(root for root in code_roots if not _within(root, hidden) and not _within(root, [scratch]))]
     in_scratch = [scratch]
     forbidden, mutating, listing = _FORBIDDEN, _MUTATING, _LISTING
     programs, spawning = policy.programs, _SPAWNING
@@ -263,6 +276,19 @@ def _install_hook(policy: Policy) -> None:
             name = args[0] if args else ""
             if isinstance(name, str) and name.split(".", 1)[0] in modules:
                 deny(event, name)
+            origin = args[1] if len(args) > 1 else None
+            if isinstance(origin, (str, bytes)) or hasattr(origin, "__fspath__"):
+                # An extension module loaded from a file (`_imp.create_dynamic`): native code, so only from
+                # Python's own folders (scratch too on a GPU item: Triton loads the launchers it builds there).
+                full = resolve(event, origin)
+                if full is not None and not (_within(full, code) or (programs and _within(full, in_scratch))):
+                    deny(event, f"{name} from {full}")
+        elif event == "sqlite3.connect":
+            database = args[0] if args else None
+            if database not in (None, ":memory:", "", b":memory:", b""):
+                full = resolve(event, database)        # sqlite creates the file: a write
+                if full is not None:
+                    check_write(event, full)
         elif event in spawning:
             check_spawn(event, args)
         elif event in forbidden:
