@@ -71,54 +71,15 @@ def read_roots(hidden: list[str]) -> list[str]:
     return roots
 
 
-def _reporters(policy):
-    """(refuse, note): write the tag line the grader turns into a flag, then refuse (raise) or go on.
+def _native_readers() -> dict[str, tuple[object, str]]:
+    """name -> (owner, attribute) of the loaded libraries' file readers that bypass Python's `open`.
 
-    A use on the model's folder is the engine's own (safetensors maps the
-    weights through `UntypedStorage.from_file`): not noted; nor is an
-    argument that names no file (`framework="pt"`).
+    Landlock stops these at the kernel where it exists; without it the audit
+    hook checks them (`_trampolines`), which covers the readers a submission
+    is likely to try, not every native entry point
+    (`grading.unfenced.OPEN_NATIVE_READERS` lists what stays open; the grader
+    refuses to run without Landlock unless told to).
     """
-    write = os.write
-    model = os.path.realpath(os.environ.get(MODEL_ENV) or "/nonexistent-model")
-
-    def refuse(name: str, path: str) -> None:
-        write(2, f"{_inferlab_sandbox.DENIED_TAG} {name} {path!r}\n".encode("utf-8", "replace"))
-        raise PermissionError(f"inferlab grader: {name} of {path} is not allowed while grading")
-
-    def note(name: str, path: str) -> None:
-        full = os.path.realpath(path)
-        if full == model or full.startswith(model + os.sep) or not os.path.exists(full):
-            return                                   # the engine's weights, or an argument that is not a file
-        write(2, f"{_inferlab_sandbox.NOTED_TAG} {name} {path!r}\n".encode("utf-8", "replace"))
-
-    return refuse, note
-
-
-def _guard_native_readers(policy) -> list[str]:
-    """Wrap the file readers of loaded libraries that bypass Python's `open` (so its audit event).
-
-    Landlock stops these at the kernel where it exists; without it this is
-    the only check, and it covers the readers a submission is likely to try,
-    not every native entry point (`grading.unfenced.OPEN_NATIVE_READERS`
-    lists what stays open; the grader refuses to run without Landlock unless
-    told to). A wrapper holds the original, which graded code could reach
-    through the wrapper's closure: torch's readers are therefore closed
-    without keeping one (`_close_torch_readers`).
-    """
-    allowed = _inferlab_sandbox.read_allowed
-    refuse, note = _reporters(policy)
-
-    def guarded(fn, name):
-        def wrapper(*args, **kwargs):
-            for path in [*args, *kwargs.values()]:
-                if isinstance(path, (str, bytes, os.PathLike)):
-                    shown = os.fsdecode(os.fspath(path))
-                    if not allowed(policy, path):
-                        refuse(name, shown)
-                    note(name, shown)
-            return fn(*args, **kwargs)
-        return wrapper
-
     import safetensors
     import safetensors.numpy
     import tokenizers
@@ -127,54 +88,103 @@ def _guard_native_readers(policy) -> list[str]:
                (safetensors.numpy, "load_file"), (tokenizers.Tokenizer, "from_file")]
     targets += [(getattr(tokenizers.models, model), method) for model in ("BPE", "WordPiece", "WordLevel")
                 for method in ("from_file", "read_file") if hasattr(tokenizers.models, model)]
-    done = []
-    for owner, attr in targets:
-        original = getattr(owner, attr, None)
-        if original is None:
-            continue
+    return {f"{getattr(owner, '__name__', owner)}.{attr}": (owner, attr) for owner, attr in targets
+            if getattr(owner, attr, None) is not None}
+
+
+def _trampolines(readers: dict[str, tuple[object, str]]) -> dict[str, object]:
+    """Replace each reader by a trampoline through the audit hook; returns the originals, for the hook alone.
+
+    The trampoline holds the reader's name, nothing else: it raises
+    `_inferlab_sandbox.NATIVE_EVENT`, the hook checks the paths and calls the
+    original (`_inferlab_sandbox._install_hook` says why not a wrapper).
+    """
+    audit, event = sys.audit, _inferlab_sandbox.NATIVE_EVENT
+
+    def trampoline_for(name: str):
+        def trampoline(*args, **kwargs):
+            box: list = []
+            audit(event, name, args, kwargs, box)
+            return box[0]
+        return trampoline
+
+    originals = {}
+    for name, (owner, attr) in readers.items():
+        original = getattr(owner, attr)
+        replacement = trampoline_for(name)
         try:
-            setattr(owner, attr, guarded(original, f"{getattr(owner, '__name__', owner)}.{attr}"))
-            done.append(f"{getattr(owner, '__name__', owner)}.{attr}")
+            setattr(owner, attr, staticmethod(replacement) if isinstance(owner, type) else replacement)
         except (AttributeError, TypeError):
-            pass
+            continue
+        originals[name] = original
+    return originals
+
+
+def _unload_native_modules() -> list[str]:
+    """Modules of `NATIVE_MODULES` a library loaded before the fence (pytest's capture loads readline).
+
+    Their functions are replaced by refusals on the module itself, and the
+    module leaves sys.modules, so that importing it again is an import, which
+    the audit hook refuses. readline's history loaders read any text file
+    line by line without an audit event.
+    """
+    done = []
+    for name in _inferlab_sandbox.NATIVE_MODULES:
+        module = sys.modules.pop(name, None)
+        if module is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            if callable(value) and not attr.startswith("__"):
+                setattr(module, attr, _refusal(f"{name}.{attr}"))
+        done.append(name)
     return done
 
 
-def _close_torch_readers(policy) -> list[str]:
-    """torch's file readers, closed where graded code cannot undo it, and every use flagged.
+def _refusal(name: str):
+    def refused(*args, **kwargs):
+        os.write(2, f"{_inferlab_sandbox.DENIED_TAG} {name} {args[:1]!r}\n".encode("utf-8", "replace"))
+        raise PermissionError(f"inferlab grader: {name} is not allowed while grading")
+    return refused
+
+
+def _read_bytes(path: str) -> bytes:
+    """What the closed torch readers read with: Python's `open`, which the audit hook checks as well."""
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _close_torch_readers() -> dict[str, object]:
+    """torch's file readers, closed where graded code cannot undo it; returns the natives they read through.
 
     `aten::from_file` (`torch.from_file`, `torch.ops.aten.from_file`, a
     TorchScript function calling it: every route goes through the
     dispatcher) gets a CPU kernel of ours, and `UntypedStorage.from_file`
-    (storage loads, `torch.load(mmap=True)`) a class method of ours in the C
-    type's own dictionary. Neither keeps the original: both read through
-    Python's `open`, which the audit hook checks, after the same read rule,
-    and refuse a shared memory map. The dispatcher registration is leaked on
-    purpose (its handle unreachable from Python, so nothing can deregister
-    it). Done before the audit hook is in place (it takes ctypes). The
-    price: these readers copy instead of mapping (the engine uses neither),
-    and each use is flagged for the TA.
+    (storage loads, `torch.load(mmap=True)`, safetensors' weights) a class
+    method of ours in the C type's own dictionary. Neither keeps the
+    original; both read through the audit hook's native event (the read rule,
+    a flag for any use outside the model) and refuse a shared memory map. The
+    dispatcher registration is leaked on purpose (its handle unreachable from
+    Python, so nothing can deregister it). Done before the hook is in place
+    (it takes ctypes). The price: these readers copy instead of mapping.
     """
     import ctypes
     import gc
     import warnings
 
-    allowed = _inferlab_sandbox.read_allowed
-    refuse, note = _reporters(policy)
+    names = {"kernel": "torch.from_file", "storage": "torch.UntypedStorage.from_file"}
+    audit, event = sys.audit, _inferlab_sandbox.NATIVE_EVENT
 
     def contents(name: str, filename, shared) -> bytes:
-        path = os.fsdecode(os.fspath(filename))
+        path = _inferlab_sandbox.plain_path(filename)
         if shared:
-            refuse(f"{name} (a shared memory map of a file)", path)
-        if not allowed(policy, path):
-            refuse(name, path)
-        note(name, path)
-        with open(path, "rb") as handle:
-            return handle.read()
+            _refusal(f"{name} (a shared memory map of a file)")(path)
+        box: list = []
+        audit(event, name, (path,), {}, box)
+        return box[0]
 
     def from_file(filename, shared=None, size=0, *, dtype=None, layout=None, device=None, pin_memory=None):
         dtype = dtype or torch.get_default_dtype()
-        data = contents("torch.from_file", filename, shared)
+        data = contents(names["kernel"], filename, shared)
         count = int(size or 0)
         wanted = count * torch.empty((), dtype=dtype).element_size()
         if len(data) < wanted:
@@ -182,7 +192,7 @@ def _close_torch_readers(policy) -> list[str]:
         return torch.frombuffer(bytearray(data[:wanted]), dtype=dtype) if count else torch.empty(0, dtype=dtype)
 
     def storage_from_file(cls, filename, shared=False, nbytes=0):
-        data = contents("torch.UntypedStorage.from_file", filename, shared)
+        data = contents(names["storage"], filename, shared)
         wanted = int(nbytes or 0)
         if len(data) < wanted:
             raise RuntimeError(f"from_file: the file holds {len(data)} bytes, {wanted} were asked for")
@@ -200,7 +210,7 @@ def _close_torch_readers(policy) -> list[str]:
     base = torch._C.StorageBase
     gc.get_referents(base.__dict__)[0]["from_file"] = classmethod(storage_from_file)
     ctypes.pythonapi.PyType_Modified(ctypes.py_object(base))
-    return ["aten::from_file", "StorageBase.from_file"]
+    return {name: _read_bytes for name in names.values()}
 
 
 def fence() -> dict:
@@ -210,7 +220,9 @@ def fence() -> dict:
     landlock = json.loads(os.environ.pop("INFERLAB_LANDLOCK", "true"))
     roots = read_roots(policy.hidden)
     code = [root for root in roots if not any(root == r or root.startswith(r + os.sep) for r in NO_CODE_ROOTS)]
-    closed = _close_torch_readers(policy)
-    summary = _inferlab_sandbox.install(policy, roots if landlock else None, code_roots=code)
-    summary["guarded_readers"] = len(_guard_native_readers(policy)) + len(closed)
+    natives = {**_close_torch_readers(), **_trampolines(_native_readers())}
+    unloaded = _unload_native_modules()
+    summary = _inferlab_sandbox.install(policy, roots if landlock else None, code_roots=code, natives=natives,
+                                        quiet=[os.environ.get(MODEL_ENV) or "/nonexistent-model"])
+    summary["guarded_readers"] = len(natives) + len(unloaded)
     return summary
