@@ -326,10 +326,10 @@ def environment(device: str) -> dict:
 
 def run_bench(args, console: Console | None = None) -> dict:
     console = console or make_console()
-    tensor_parallel_size = getattr(args, "tensor_parallel_size", 1)
+    tensor_parallel_size = getattr(args, "tensor_parallel_size", None) or 1
     if tensor_parallel_size > 1 and args.scheduling != "sync":
         raise SystemExit("--tensor-parallel-size > 1 needs --scheduling sync (async scheduling is single-GPU only)")
-    device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device if args.device not in (None, "auto") else ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.dtype]
     if args.model:
         model_dir = args.model
@@ -340,10 +340,11 @@ def run_bench(args, console: Console | None = None) -> dict:
     console.print(f"[bold]{args.workload}[/bold]: {len(requests)} requests, "
                   f"{sum(len(r.prompt) for r in requests)} prompt / {sum(r.output_len for r in requests)} "
                   f"output tokens; model {model_dir}; {device} {args.dtype}")
-    config = dict(device=device, dtype=args.dtype, attention_backend=args.backend, enforce_eager=args.enforce_eager,
-                  max_num_seqs=args.max_num_seqs, kvcache_block_size=args.block_size,
-                  max_num_batched_tokens=args.max_num_batched_tokens or BENCH_ENGINE["max_num_batched_tokens"],
-                  tensor_parallel_size=tensor_parallel_size)
+    chosen = dict(attention_backend=args.backend, max_num_seqs=args.max_num_seqs, kvcache_block_size=args.block_size,
+                  max_num_batched_tokens=args.max_num_batched_tokens, tensor_parallel_size=tensor_parallel_size)
+    # The engine's own defaults, less the bench's departures, less what the command line chose.
+    config = dict(device=device, dtype=args.dtype, enforce_eager=args.enforce_eager,
+                  **{**BENCH_ENGINE, **{k: v for k, v in chosen.items() if v is not None}})
     modes = ["sync", "async"] if args.scheduling == "both" else [args.scheduling]
     result = {"workload": args.workload, "seed": args.seed, "model": model_dir,
               "settings": {**config, "scheduling": args.scheduling}, "environment": environment(device),

@@ -37,17 +37,16 @@ DEMO_CONVERSATIONS: list[tuple[str, int]] = [
 DEMO_MAX_NUM_SEQS = 4
 
 
-def run_demo(model: str | None, device: str, log_path: str, console: Console | None = None,
-             tensor_parallel_size: int = 1) -> list[dict]:
+def run_demo(model: str | None, log_path: str, console: Console | None = None, **engine) -> list[dict]:
+    """Run the demo batch; `engine` holds Config settings the user chose (device, tensor_parallel_size)."""
     console = console or make_console()
     started = time.perf_counter()
     model_dir = ensure_tiny_model() if model is None else Path(model)
     console.print(f"[bold]model[/bold] {model_dir}")
-    llm = LLM(str(model_dir), device=device, lifecycle_log=log_path, max_num_seqs=DEMO_MAX_NUM_SEQS,
-              tensor_parallel_size=tensor_parallel_size)
+    llm = LLM(str(model_dir), lifecycle_log=log_path, max_num_seqs=DEMO_MAX_NUM_SEQS, **engine)
     console.print(f"[bold]device[/bold] {llm.config.device}, dtype {llm.config.torch_dtype}, "
                   f"{llm.model_runner.num_kvcache_blocks} KV blocks of {llm.config.kvcache_block_size} tokens, "
-                  f"max_num_seqs={DEMO_MAX_NUM_SEQS}, tensor_parallel_size={tensor_parallel_size}")
+                  f"max_num_seqs={DEMO_MAX_NUM_SEQS}, tensor_parallel_size={llm.config.tensor_parallel_size}")
     prompts = [llm.tokenizer.apply_chat_template([{"role": "user", "content": text}],
                                                  add_generation_prompt=True, tokenize=False)
                for text, _ in DEMO_CONVERSATIONS]

@@ -7,10 +7,6 @@ and it ships only those stand-ins: a lab 2 student has no use for a
 simplified block manager. The design and its price are in docs/labs.md
 ("Stand-ins in a release").
 
-`used_support` keeps a later lab's steps out of the public test support
-files: a release gets only the `lab_*.py` modules its own tests import (lab
-1's test doubles script a recompute preemption, which is part of lab 3).
-
 `solution_leaks` is the check that a release shows no later lab's solution:
 it looks for the lines of their region bodies in every file of the release.
 """
@@ -53,20 +49,6 @@ print([o['token_ids'] for o in outs])
 ```
 {standins}
 """
-
-
-def used_support(tests_dir: Path, tests: list[Path]) -> list[Path]:
-    """The `lab_*.py` support modules that `tests` import, directly or through each other."""
-    support = {path.stem: path for path in tests_dir.glob("lab_*.py")}
-    wanted: set[str] = set()
-    queue = list(tests)
-    while queue:
-        text = queue.pop().read_text(encoding="utf-8")
-        for name, path in support.items():
-            if name not in wanted and re.search(rf"^\s*(from|import)\s+{name}\b", text, re.M):
-                wanted.add(name)
-                queue.append(path)
-    return [support[name] for name in sorted(wanted)]
 
 
 def _code(line: str) -> str:

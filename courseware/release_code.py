@@ -25,20 +25,10 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
-from labkit.labs import earlier_labs, later_labs
+from labkit.labs import later_labs
 from labkit.manifest import PRISTINE, Manifest
-from labkit.tree import (
-    PACKAGE,
-    ROOT,
-    TESTS_DIR,
-    BodyChoice,
-    ReferenceTree,
-    filled_labs,
-    generate,
-    load_reference,
-    rewrite_imports,
-)
-from courseware.later_labs import used_support
+from labkit.tree import PACKAGE, ROOT, TESTS_DIR, BodyChoice, ReferenceTree, lab_test_files, load_reference, \
+    release_package, rewrite_imports
 from courseware.standins import standin_modules
 
 # What a release needs of `courseware`: the engine it runs (`engine`), the self-check and demo
@@ -48,24 +38,6 @@ TOOL_MODULES = ("__init__.py", "engine.py", "oracle.py", "selfcheck.py", "termin
 # The torch every install starts from, pinned (docs/design.md §5; README and .ci/run say the same, checked by
 # tests/test_cli.py): an unpinned torch pulls GBs of CUDA wheels. The Gradescope bundle installs it too.
 TORCH_VERSION = "2.13.0"
-
-
-def release_package(tree: ReferenceTree, lab: str, choose: BodyChoice | None = None) -> dict[str, str]:
-    """The modules of `student_exercises/` as lab `lab`'s release ships them (earlier labs filled in).
-
-    What a student starts from: the grader and the self-check compare a
-    student's files with it to find what was added or edited outside the regions.
-    """
-    return generate(tree, choose or filled_labs(earlier_labs(lab, tree.root)))
-
-
-def lab_test_files(tests_dir: Path, lab: str) -> list[Path]:
-    """conftest.py, the support modules this lab's tests import, and its test modules (never another lab's)."""
-    own = sorted(tests_dir.glob(f"test_{lab}_*.py"))
-    if not own:
-        raise FileNotFoundError(f"no public tests for {lab} in {tests_dir}")
-    conftest = tests_dir / "conftest.py"
-    return [conftest, *used_support(tests_dir, [conftest, *own])] + own
 
 
 def dependencies(root: Path) -> list[str]:

@@ -178,8 +178,7 @@ def given_package(project: Path, lab: str) -> dict[str, str]:
     if pristine.is_dir():
         return package_texts(pristine)
     if (project / "reference").is_dir():
-        from labkit.tree import load_reference, public_suite
-        from courseware.release_code import release_package
+        from labkit.tree import load_reference, public_suite, release_package
         return release_package(load_reference(project), lab) | public_suite(project)
     raise FileNotFoundError(f"no pristine copy of the release ({PRISTINE}/) under {project}: "
                             "it ships with the release; download the release again")

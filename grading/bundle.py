@@ -32,7 +32,8 @@ from pathlib import Path
 
 from labkit.labs import ROOT, lab as find_lab
 from labkit.tree import load_reference, write_package
-from courseware.release_code import TORCH_VERSION, dependencies, release_package
+from courseware.release_code import TORCH_VERSION, dependencies
+from labkit.tree import release_package
 from grading.golden import load_golden
 
 COURSE_PACKAGES = ("reference", "labkit", "courseware", "grading")

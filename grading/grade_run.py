@@ -47,8 +47,8 @@ from grading.items import ItemContext, grade_item
 from grading.results import ItemResult, device_description, package_versions, read_result, write_json_atomic
 from labkit.rubric import Rubric, load_rubric
 from grading.scratch import Quota
-from grading.submission import (Submission, extract, find_submissions, ignored_files, missing_students,
-                                read_submission)
+from grading.submission import (Submission, extract, find_submissions, given_package, ignored_files,
+                                missing_students, read_submission)
 from grading.tree_walk import Limits, TreeReading
 from grading.unfenced import check as check_fence
 from labkit.tree import ReferenceTree, load_reference
@@ -96,6 +96,7 @@ class Shared:
     golden_sha256: str
     notes: list[str] = field(default_factory=list)
     shipped: dict[str, str] | None = None     # the lab's release, path -> sha256: what the student was given
+    given: dict[str, str] = field(default_factory=dict)   # its student_exercises/ modules, read against
 
     def redactor(self, sub: Submission) -> "Redactor":
         """Placeholders for this run's folders in what a submission's result says."""
@@ -176,7 +177,7 @@ def _regions_and_flags(copy: Submission, reading: TreeReading, shared: Shared):
     flags += ignored_files(reading.hashes, shared.shipped)
     if not copy.package.is_dir():
         notes.append("no student_exercises/ folder in the submission: every region counts as missing")
-    extraction = extract(copy.package, shared.tree, shared.options.lab)
+    extraction = extract(copy.package, shared.tree, shared.options.lab, shared.given)
     flags += [f"ignored or suspicious: {s}" for s in extraction.suspicious]
     notes += extraction.notes
     notes += [edit.describe() for edit in extraction.outside_edits]
@@ -335,7 +336,7 @@ def prepare(options: RunOptions) -> Shared:
     environment = {"device": device_description(cuda), "versions": package_versions(), "spawn": options.spawn}
     return Shared(options, rubric, golden, tree, fence, cuda, reference, environment,
                   hashlib.sha256(rubric.path.read_bytes()).hexdigest(), golden_sha256(options.lab), notes,
-                  release_hashes(options.lab, tree))
+                  release_hashes(options.lab, tree), given_package(tree, options.lab))
 
 
 def grade_run(options: RunOptions, console: Console | None = None, show_progress: bool = True) -> RunSummary:

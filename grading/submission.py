@@ -20,12 +20,12 @@ from pathlib import Path
 
 from labkit.tree import PACKAGE, ReferenceTree, generate
 from labkit.labs import exercise_labs
-from courseware.release_code import release_package
+from labkit.tree import release_package
 from grading.tree_walk import Limits, TreeReading, read_tree
 from labkit.student_code import Extraction, RegionStatus, read_student_code
 
-__all__ = ["Extraction", "RegionStatus", "Submission", "extract", "find_submissions", "ignored_files",
-           "missing_students", "read_submission"]
+__all__ = ["Extraction", "RegionStatus", "Submission", "extract", "find_submissions", "given_package",
+           "ignored_files", "missing_students", "read_submission"]
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
 IGNORED_NAMES = {"conftest.py": "a pytest conftest.py", "sitecustomize.py": "a sitecustomize.py",
@@ -107,7 +107,13 @@ def ignored_files(hashes: dict[str, str], shipped: dict[str, str] | None = None)
     return notes
 
 
-def extract(submission_package: Path, tree: ReferenceTree, lab: str) -> Extraction:
-    """The student's code for `lab`, read against what the student was given (the lab's release)."""
-    given = release_package(tree, lab) if lab in exercise_labs() else generate(tree)
-    return read_student_code(submission_package, given, lab)
+def given_package(tree: ReferenceTree, lab: str) -> dict[str, str]:
+    """What a student of `lab` was given: the lab's release package (the whole generated engine for a lab
+    without exercises). A grading run computes it once, not once per submission."""
+    return release_package(tree, lab) if lab in exercise_labs(tree.root) else generate(tree)
+
+
+def extract(submission_package: Path, tree: ReferenceTree, lab: str,
+            given: dict[str, str] | None = None) -> Extraction:
+    """The student's code for `lab`, read against what the student was given (`given_package`)."""
+    return read_student_code(submission_package, given if given is not None else given_package(tree, lab), lab)

@@ -6,10 +6,24 @@ import sys
 
 from courseware.terminal import make_console, print_error
 
+# Engine flags give no default of their own: a flag left out is not passed on, and the engine's Config
+# default applies (one definition of each setting, reference/config.py). The choices are Config's too,
+# spelled here so that building the parser imports no engine (tests/test_cli.py checks they agree).
+ENGINE_DEFAULT = "default: the engine's own (reference/config.py)"
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+BACKENDS = ("auto", "torch", "triton", "flash-attn")
+
+
+def engine_settings(args: argparse.Namespace, names: dict[str, str]) -> dict:
+    """{Config field: value} for the engine flags given on the command line (`names`: flag dest -> field)."""
+    return {field: getattr(args, dest) for dest, field in names.items() if getattr(args, dest, None) not in (None, False)}
+
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from courseware.demo import run_demo
-    run_demo(args.model, args.device, args.log, tensor_parallel_size=args.tensor_parallel_size)
+    run_demo(args.model, args.log, **engine_settings(args, {"device": "device",
+                                                            "tensor_parallel_size": "tensor_parallel_size"}))
     return 0
 
 
@@ -56,11 +70,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from courseware.tiny_model import ensure_tiny_model
     from reference.serving.api_server import serve
     model = args.model or str(ensure_tiny_model())
-    engine = {"device": args.device, "dtype": args.dtype, "max_num_seqs": args.max_num_seqs,
-              "max_num_batched_tokens": args.max_num_batched_tokens, "kvcache_block_size": args.block_size,
-              "num_kvcache_blocks": args.num_kvcache_blocks, "max_model_len": args.max_model_len,
-              "enable_chunked_prefill": args.enable_chunked_prefill, "async_scheduling": args.async_scheduling,
-              "enforce_eager": args.enforce_eager, "lifecycle_log": args.lifecycle_log}
+    engine = engine_settings(args, {
+        "device": "device", "dtype": "dtype", "max_num_seqs": "max_num_seqs",
+        "max_num_batched_tokens": "max_num_batched_tokens", "block_size": "kvcache_block_size",
+        "num_kvcache_blocks": "num_kvcache_blocks", "max_model_len": "max_model_len",
+        "enable_chunked_prefill": "enable_chunked_prefill", "async_scheduling": "async_scheduling",
+        "enforce_eager": "enforce_eager", "lifecycle_log": "lifecycle_log"})
     make_console(stderr=True).print(f"serving [bold]{model}[/bold] on http://{args.host}:{args.port}/v1")
     serve(model, args.host, args.port, args.served_model_name, args.max_waiting_requests, **engine)
     return 0
@@ -93,16 +108,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from courseware.bench import BENCH_ENGINE
-    from reference.config import BACKENDS, DEVICES, DTYPES, config_default
     parser = argparse.ArgumentParser(prog="inferlab", description="InferLab: a teaching LLM inference engine.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="run a batch of chat prompts through the reference engine")
-    demo.add_argument("--device", choices=DEVICES, default=config_default("device"))
+    demo.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
     demo.add_argument("--model", default=None, help="Hugging Face model folder (default: the built-in tiny model)")
     demo.add_argument("--log", default="inferlab_logs/demo.jsonl", help="where to write the lifecycle log")
-    demo.add_argument("--tensor-parallel-size", type=int, default=config_default("tensor_parallel_size"),
+    demo.add_argument("--tensor-parallel-size", type=int, default=None,
                       help="split the model over N processes (N GPUs on CUDA; gloo on the CPU)")
     demo.set_defaults(func=_cmd_demo)
 
@@ -150,13 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", default=None, help="the `model` clients send (default: folder name)")
     serve.add_argument("--max-waiting-requests", type=int, default=256,
                        help="past this many requests waiting, answer 503 with Retry-After")
-    serve.add_argument("--device", choices=DEVICES, default=config_default("device"))
-    serve.add_argument("--dtype", choices=list(DTYPES), default=config_default("dtype"))
-    serve.add_argument("--max-num-seqs", type=int, default=config_default("max_num_seqs"))
-    serve.add_argument("--max-num-batched-tokens", type=int, default=config_default("max_num_batched_tokens"))
-    serve.add_argument("--max-model-len", type=int, default=config_default("max_model_len"))
-    serve.add_argument("--block-size", type=int, default=config_default("kvcache_block_size"))
-    serve.add_argument("--num-kvcache-blocks", type=int, default=config_default("num_kvcache_blocks"))
+    serve.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--dtype", choices=DTYPES, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-num-seqs", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-num-batched-tokens", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-model-len", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--block-size", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--num-kvcache-blocks", type=int, default=None, help=ENGINE_DEFAULT)
     serve.add_argument("--enable-chunked-prefill", action="store_true")
     serve.add_argument("--async-scheduling", action="store_true")
     serve.add_argument("--enforce-eager", action="store_true")
@@ -173,19 +186,18 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--compare", choices=["hf", "none"], default="none")
     bench.add_argument("--hf-batch-size", type=int, default=256,
                        help="the largest transformers batch tried with --compare hf (halved on out-of-memory)")
-    bench.add_argument("--device", choices=DEVICES, default=config_default("device"))
+    bench.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
     bench.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    bench.add_argument("--backend", choices=BACKENDS, default=config_default("attention_backend"))
+    bench.add_argument("--backend", choices=BACKENDS, default=None, help=ENGINE_DEFAULT)
     bench.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     bench.add_argument("--scheduling", choices=["async", "sync", "both"], default="async",
                        help="async: schedule step k+1 while step k computes; both: run sync, then async")
-    bench.add_argument("--max-num-seqs", type=int, default=config_default("max_num_seqs"))
+    bench.add_argument("--max-num-seqs", type=int, default=None, help=ENGINE_DEFAULT)
     bench.add_argument("--max-num-batched-tokens", type=int, default=None,
-                       help=f"default {BENCH_ENGINE['max_num_batched_tokens']}, the bench's own setting "
-                            "(courseware/bench.py says why)")
-    bench.add_argument("--block-size", type=int, default=config_default("kvcache_block_size"))
-    bench.add_argument("--seed", type=int, default=config_default("seed"))
-    bench.add_argument("--tensor-parallel-size", type=int, default=config_default("tensor_parallel_size"),
+                       help="default: the bench's own setting (courseware/bench.py BENCH_ENGINE says which and why)")
+    bench.add_argument("--block-size", type=int, default=None, help=ENGINE_DEFAULT)
+    bench.add_argument("--seed", type=int, default=0, help="the workload's seed (prompts and lengths)")
+    bench.add_argument("--tensor-parallel-size", type=int, default=None,
                        help="split the model over N GPUs (needs --scheduling sync)")
     bench.add_argument("--out", default=None, help="write the results as JSON here")
     serve_load = bench.add_argument_group("bench serve (an online load against --url)")

@@ -27,7 +27,7 @@ from labkit.regions import (
     stub_body,
 )
 
-from labkit.labs import ROOT, all_labs, exercise_labs, shared_public
+from labkit.labs import ROOT, all_labs, earlier_labs, exercise_labs, shared_public
 
 REFERENCE = "reference"
 PACKAGE = "student_exercises"
@@ -209,3 +209,42 @@ def splice(package_dir: Path, bodies: Mapping[str, str], package: str = PACKAGE)
     if missing:
         raise KeyError(f"no region(s) {', '.join(missing)} under {package_dir}")
     return done
+
+
+# -- what a lab's release gives the student --------------------------------------------------------
+
+def release_package(tree: ReferenceTree, lab: str, choose: BodyChoice | None = None) -> dict[str, str]:
+    """The modules of `student_exercises/` as lab `lab`'s release ships them (earlier labs filled in).
+
+    What a student starts from: the grader and the self-check compare a
+    student's files with it to find what was added or edited outside the regions.
+    """
+    return generate(tree, choose or filled_labs(earlier_labs(lab, tree.root)))
+
+
+def lab_test_files(tests_dir: Path, lab: str) -> list[Path]:
+    """conftest.py, the support modules this lab's tests import, and its test modules (never another lab's)."""
+    own = sorted(tests_dir.glob(f"test_{lab}_*.py"))
+    if not own:
+        raise FileNotFoundError(f"no public tests for {lab} in {tests_dir}")
+    conftest = tests_dir / "conftest.py"
+    return [conftest, *used_support(tests_dir, [conftest, *own])] + own
+
+
+def used_support(tests_dir: Path, tests: list[Path]) -> list[Path]:
+    """The `lab_*.py` support modules that `tests` import, directly or through each other.
+
+    A release gets only the support modules its own tests import, which keeps a
+    later lab's steps out of it (lab 1's test doubles script a recompute
+    preemption, which is part of lab 3).
+    """
+    support = {path.stem: path for path in tests_dir.glob("lab_*.py")}
+    wanted: set[str] = set()
+    queue = list(tests)
+    while queue:
+        text = queue.pop().read_text(encoding="utf-8")
+        for name, path in support.items():
+            if name not in wanted and re.search(rf"^\s*(from|import)\s+{name}\b", text, re.M):
+                wanted.add(name)
+                queue.append(path)
+    return [support[name] for name in sorted(wanted)]

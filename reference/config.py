@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -144,15 +144,3 @@ class Config:
             raise TypeError(f"Config.{name} must be an int, got {type(value).__name__}")
         if value < (0 if allow_zero else 1):
             raise ValueError(f"Config.{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-
-
-def config_default(name: str):
-    """Config's default for setting `name`: the one place an engine default is written.
-
-    Command-line flags (`inferlab serve`, `inferlab bench`) take their defaults
-    from here rather than restating them, so a flag and the Python API cannot drift.
-    """
-    for f in fields(Config):
-        if f.name == name and f.default is not MISSING:
-            return f.default
-    raise KeyError(f"Config has no setting {name!r} with a default")

@@ -37,8 +37,6 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
-from reference.engine.parts import EngineParts
-
 # lab -> (EngineParts field, module under courseware/standins/, class)
 STANDINS = {
     "lab2": ("block_manager", "block_manager", "PlainBlockManager"),
@@ -57,8 +55,14 @@ def standin_modules(labs: Iterable[str]) -> list[str]:
     return [f"standins/{STANDINS[lab][1]}.py" for lab in labs]
 
 
-def standin_parts(labs: Iterable[str]) -> EngineParts:
-    """The course's parts, with a stand-in for the part each lab in `labs` writes."""
+def standin_parts(labs: Iterable[str]):
+    """The course's parts (`EngineParts`), with a stand-in for the part each lab in `labs` writes.
+
+    The engine is imported here, not at the top: the release's code is listed
+    (`standin_modules`, courseware/release_code.py) by the grader too, which
+    never imports an engine.
+    """
+    from reference.engine.parts import EngineParts
     labs = list(labs)
     standin_modules(labs)      # refuses a lab without a stand-in, by name
     chosen = {}

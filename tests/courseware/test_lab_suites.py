@@ -9,7 +9,12 @@ outcomes. The runs:
 - release-stubs:labN: labs before N filled, N and later stubbed (what a lab N student starts from)
 - filled:labN:        labs up to N filled, later ones stubbed (a lab N student who is done)
 - only:labN:          only lab N filled (for the labs whose tests need no other lab)
-- mutant:labN/name:   every region filled except one bug-zoo mutant; lab N's suite with -x
+- mutant:labN/name:   a student who wrote one bug-zoo mutant, read by the grader (extract + harness package)
+                      into the student's release; lab N's suite
+
+Each distinct tree runs once. The self-check's reading of each mutant's tree is not run again: it is
+checked to be the same code as the grader's, up to the later labs' regions, which stand-ins keep
+unreached (test_the_self_check_runs_the_graders_code).
 """
 from __future__ import annotations
 
@@ -27,9 +32,8 @@ import torch
 from courseware.bugzoo import load_mutants
 from labkit.tree import LABS, PACKAGE, filled_labs, load_reference, write_package, write_tree
 from courseware.release_code import write_release_code
-from labkit.rubric import load_rubric
-from labkit.scoring import public_parts
-from labkit.labs import lab as registry_lab
+from labkit.labs import later_labs
+from labkit.regions import parse_regions, render, stub_body
 from courseware.selfcheck import package_texts, spliced_copy
 from grading.harness import harness_package
 from grading.submission import extract
@@ -79,6 +83,7 @@ def lab_runs(tmp_path_factory):
     ensure_tiny_model(cache / "tiny-qwen3-seed0")          # built once, shared by every child
     tree = load_reference()
     trace = work / "trace.json"
+    views: dict[str, list[str]] = {}      # mutant -> modules where the self-check's code differs from the grader's
     jobs = [
         Job("reference", ROOT, ALL_LABS, impl="reference",
             extra=("-p", "courseware.region_trace", "--inferlab-trace-regions", str(trace))),
@@ -97,16 +102,28 @@ def lab_runs(tmp_path_factory):
         jobs.append(Job(f"mutant:{mutant.mutant_id}", grader_view(work / "grader" / mutant.lab / mutant.name, tree,
                                                                   student, mutant.lab), mutant.lab))
         check_view = self_check_view(work / "selfcheck" / mutant.lab / mutant.name, tree, student, mutant.lab)
-        jobs.append(Job(f"selfcheck:{mutant.mutant_id}", check_view, mutant.lab))
+        views[mutant.mutant_id] = different_code(jobs[-1].tree / PACKAGE, check_view / PACKAGE, mutant.lab)
     runs = run_all(jobs, cache, work)
     trace_data = json.loads(trace.read_text()) if trace.is_file() else {}
-    yield {job.key: job for job in jobs}, runs, trace_data
+    yield {job.key: job for job in jobs}, runs, trace_data, views
     for folder in ("students", "grader", "selfcheck"):
         shutil.rmtree(work / folder, ignore_errors=True)
 
 
+def reachable_code(package: Path, lab: str) -> dict[str, str]:
+    """The package's modules with every later lab's region stubbed: the code a lab's public tests can run."""
+    later = set(later_labs(lab))
+    return {relpath: render(parse_regions(text, relpath), lambda r: stub_body(r) if r.lab in later else None)
+            for relpath, text in package_texts(package).items()}
+
+
+def different_code(grader: Path, check: Path, lab: str) -> list[str]:
+    a, b = reachable_code(grader, lab), reachable_code(check, lab)
+    return sorted(path for path in set(a) | set(b) if a.get(path) != b.get(path))
+
+
 def usable(lab_runs, key: str):
-    jobs, runs, _ = lab_runs
+    jobs, runs = lab_runs[:2]
     problems = problems_of(runs[key], jobs[key])
     assert not problems, "\n".join(problems)
     return runs[key]
@@ -188,17 +205,25 @@ def test_bug_zoo_mutant_is_caught(lab_runs, mutant_id):
                     f"pytest said:\n{run.output[-2000:]}")
 
 
-@pytest.mark.parametrize("mutant_id", [m.mutant_id for m in MUTANTS])
-def test_self_check_and_grader_give_the_same_public_points(lab_runs, mutant_id):
-    """The self-check reads a student's tree as the grader does: on every mutant, the public suite run on the
-    self-check's copy and on the grader's harness code gives the same points on every rubric item."""
-    mutant = next(m for m in MUTANTS if m.mutant_id == mutant_id)
-    if mutant.gpu and not torch.cuda.is_available():
-        pytest.skip("a GPU-only mutant: only the gpu tests can catch it, and they need CUDA")
-    rubric = load_rubric(mutant.lab)
-    grader = {p.item_id: p.earned for p in public_parts(rubric, usable(lab_runs, f"mutant:{mutant_id}").tests)}
-    check = {p.item_id: p.earned for p in public_parts(rubric, usable(lab_runs, f"selfcheck:{mutant_id}").tests)}
-    assert grader and grader == check, f"public points on the grader's code {grader} but in the self-check {check}"
+def test_the_self_check_runs_the_graders_code(lab_runs):
+    """The self-check reads a student's tree as the grader does: for every mutant, the copy `inferlab check`
+    runs the public suite on holds the grader's code, module by module (later labs' regions aside: stand-ins
+    keep them unreached), so both get the same public points without running the suite twice."""
+    views = lab_runs[3]
+    assert views and len(views) == sum(1 for m in MUTANTS if not m.gpu or torch.cuda.is_available())
+    differing = {mutant_id: modules for mutant_id, modules in views.items() if modules}
+    assert not differing, f"the self-check's copy differs from the grader's code: {differing}"
+
+
+def test_the_code_comparison_sees_a_difference(tmp_path):
+    """The comparison itself: a module edited outside any region, or inside the student's lab, differs."""
+    tree = load_reference()
+    a = write_release_code("lab2", tmp_path / "a", tree)
+    b = write_release_code("lab2", tmp_path / "b", tree)
+    assert different_code(a / PACKAGE, b / PACKAGE, "lab2") == []
+    path = b / PACKAGE / "engine" / "block_manager.py"
+    path.write_text(path.read_text() + "\nEDITED = 1\n")
+    assert different_code(a / PACKAGE, b / PACKAGE, "lab2") == ["engine/block_manager.py"]
 
 
 def test_every_lab_has_at_least_six_mutants():
@@ -210,7 +235,7 @@ def test_every_lab_has_at_least_six_mutants():
 def test_declared_coverage_matches_what_tests_execute(lab_runs):
     """Each test's `covers` regions run when the test runs; every region is covered by some test."""
     run = usable(lab_runs, "reference")
-    _, _, executed = lab_runs
+    executed = lab_runs[2]
     regions = {r.region_id: r.lab for r in load_reference().regions}
     problems = []
     for nodeid, test in graded(run).items():
