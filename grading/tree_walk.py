@@ -59,7 +59,7 @@ class Limits:
     entries: int = 10_000            # files, folders and links walked
     total_bytes: int = 256 << 20     # bytes read, all files together
     file_bytes: int = 32 << 20       # one file
-    module_bytes: int = 1 << 20      # one Python module of the package: the grader parses it
+    module_bytes: int = 64 << 10     # one Python module of the package: the grader parses it
     depth: int = 32                  # folders below the submission's root
 
     def describe(self) -> str:
