@@ -148,8 +148,9 @@ class Redactor:
     folder they passed to `--out`.
     """
 
-    PATTERNS = ((re.compile(r"harness-\d+"), "harness"), (re.compile(r"inferlab-fifo-\w+"), "inferlab-fifo"),
-                (re.compile(r"/proc/\d+(?=/|\b)"), "/proc/<pid>"), (re.compile(r"worker\d+"), "worker"))
+    # Path components only: a student's own text (an edit quoted in the notes) keeps its `worker2`.
+    PATTERNS = ((re.compile(r"(?<=/)harness-\d+\b"), "harness"), (re.compile(r"(?<=/)worker\d+\b"), "worker"),
+                (re.compile(r"(?<=/)inferlab-fifo-\w+"), "inferlab-fifo"), (re.compile(r"/proc/\d+\b"), "/proc/<pid>"))
 
     def __init__(self, places: dict[str, Path]):
         pairs = {str(path): name for name, path in places.items() if str(path) not in ("", "/", ".")}
