@@ -244,9 +244,9 @@ def build_handouts(root: Path, out_dir: Path, pdf: bool = False) -> list[Path]:
 
 
 def build_assignment(root: Path, out_dir: Path, term: str = DEFAULT_TERM) -> Path:
-    """<out_dir>/assignment_<term>/<lab folder>/: each lab's student repository (`inferlab release`),
-    or the lab folder's public parts for a lab without engine regions (a report-only lab)."""
-    from labkit.tree import LABS
+    """<out_dir>/assignment_<term>/<lab folder>/: each lab's student repository (`inferlab release`; lab 5's
+    too, with the whole engine), or the lab folder's public parts for a lab with neither exercises nor a rubric."""
+    from labkit.labs import release_labs
     from courseware.release import make_release
     target = out_dir / f"assignment_{term}"
     if target.exists():
@@ -254,7 +254,7 @@ def build_assignment(root: Path, out_dir: Path, term: str = DEFAULT_TERM) -> Pat
     target.mkdir(parents=True)
     for lab in all_labs(root):
         dest = target / lab.folder.name
-        if lab.lab_id in LABS:
+        if lab.lab_id in release_labs(root):
             make_release(lab.lab_id, dest, root=root)
             continue
         dest.mkdir()
