@@ -12,17 +12,18 @@ old kernel, a container that blocks the Landlock system calls).
 from __future__ import annotations
 
 # Closed without Landlock too (refused outside what the graded process may read, every use flagged):
-# aten::from_file by every route, UntypedStorage.from_file (storage loads, torch.load(mmap=True)),
-# numpy.fromfile, safetensors' loaders, tokenizers' loaders, extension modules from outside Python's
-# folders, readline and cffi (refused at import), sqlite3 files (a write: scratch only).
+# aten::from_file by every route, UntypedStorage.from_file (storage loads, torch.load(mmap=True)), numpy's,
+# safetensors' and tokenizers' loaders (trampolines through the audit hook, which alone holds the originals),
+# readline's functions, extension modules from outside Python's folders, readline and cffi at import, the gc's
+# introspection, sqlite3 files (a write: scratch only).
 OPEN_NATIVE_READERS = (
-    "the guards around numpy's, safetensors' and tokenizers' loaders hold the original functions, which graded "
-    "code can reach through the guard's closure and call directly",
     "TorchScript and mobile loaders (torch.jit.load, torch._C.PyTorchFileReader, "
     "torch._C._load_for_lite_interpreter) open any path natively (they accept only PyTorch archives, so they "
     "cannot return another file's bytes, but they can tell whether a path exists)",
     "native writers (safetensors' save_file, tokenizers' save) can write outside the scratch folder wherever the "
     "graded user may write (e.g. /tmp), past the scratch quota",
+    "the audit hook is Python: graded code can monkeypatch what its checks call (the standard library's os.path) "
+    "or reach its frame from a callback a library makes while the hook runs, and so get past it",
     "ssl's certificate loaders and any other C function of an installed package that opens a path by itself",
 )
 
