@@ -125,22 +125,20 @@ class _Walk:
         """A preorder walk in name order (`first` at the top), with a stack: each folder whole before its next sibling."""
         if not os.path.isdir(self.root):
             return self.out
-        stack: list = [(self.root, (), False)]
+        # ("folder", path, parts, via_link): list it; ("entry", DirEntry, parts, via_link): visit it.
+        stack: list[tuple] = [("folder", self.root, (), False)]
         while stack and self.stopped_at is None:
-            top = stack.pop()
-            if isinstance(top, tuple):                       # a folder to list
-                folder, parts, via_link = top
-                children = self.list(folder, parts)
-                stack += [[entry, parts, via_link] for entry in reversed(children)]
+            kind, item, parts, via_link = stack.pop()
+            if kind == "folder":
+                stack += [("entry", entry, parts, via_link) for entry in reversed(self.children(item, parts))]
                 continue
-            entry, parts, via_link = top
-            folder = self.visit(entry, parts, via_link)
+            folder = self.visit(item, parts, via_link)
             if folder is not None:
-                stack.append(folder)
+                stack.append(("folder", *folder))
         self.finish()
         return self.out
 
-    def list(self, folder: str, parts: tuple[str, ...]) -> list[os.DirEntry]:
+    def children(self, folder: str, parts: tuple[str, ...]) -> list[os.DirEntry]:
         """The folder's entries in name order, `first` at the top; none of them when they exceed the budget.
 
         At the top, the `first` entries are kept even then: the package is
