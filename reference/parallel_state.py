@@ -89,7 +89,7 @@ def destroy_tensor_parallel(abort: bool = False, timeout_s: float = DESTROY_TIME
     the caller's exit (or a test) hang with it.
     """
     fast, _STATE.fast_all_reduce = _STATE.fast_all_reduce, None
-    if fast is not None:
+    if fast is not None and not abort:    # freeing waits for the device, which a dead peer may keep busy
         try:
             fast.close()
         except Exception as err:   # a driver error here must not keep the group alive

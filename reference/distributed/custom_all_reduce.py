@@ -33,7 +33,7 @@ IPC_LAZY_ENABLE_PEER_ACCESS = 1
 
 
 class _IpcHandle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * 64)]
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]   # bytes, NULs included (a c_char array would stop at one)
 
 
 class _Driver:
@@ -41,6 +41,14 @@ class _Driver:
 
     def __init__(self):
         self.lib = ctypes.CDLL("libcuda.so.1")
+        ptr, size = ctypes.c_uint64, ctypes.c_size_t
+        signatures = {"cuMemAlloc_v2": [ctypes.POINTER(ptr), size], "cuMemsetD8_v2": [ptr, ctypes.c_ubyte, size],
+                      "cuMemFree_v2": [ptr], "cuIpcGetMemHandle": [ctypes.POINTER(_IpcHandle), ptr],
+                      "cuIpcOpenMemHandle_v2": [ctypes.POINTER(ptr), _IpcHandle, ctypes.c_uint],
+                      "cuIpcCloseMemHandle": [ptr]}
+        for name, argtypes in signatures.items():
+            fn = getattr(self.lib, name)
+            fn.argtypes, fn.restype = argtypes, ctypes.c_int
 
     def _call(self, name: str, *args) -> None:
         fn = getattr(self.lib, name)
@@ -50,25 +58,25 @@ class _Driver:
 
     def alloc(self, size: int) -> int:
         ptr = ctypes.c_uint64()
-        self._call("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(size))
-        self._call("cuMemsetD8_v2", ptr, ctypes.c_ubyte(0), ctypes.c_size_t(size))
+        self._call("cuMemAlloc_v2", ctypes.byref(ptr), size)
+        self._call("cuMemsetD8_v2", ptr.value, 0, size)
         return ptr.value
 
     def free(self, ptr: int) -> None:
-        self._call("cuMemFree_v2", ctypes.c_uint64(ptr))
+        self._call("cuMemFree_v2", ptr)
 
     def export(self, ptr: int) -> bytes:
         handle = _IpcHandle()
-        self._call("cuIpcGetMemHandle", ctypes.byref(handle), ctypes.c_uint64(ptr))
-        return bytes(handle.reserved)
+        self._call("cuIpcGetMemHandle", ctypes.byref(handle), ptr)
+        return bytes(handle)
 
     def open(self, handle: bytes) -> int:
         ptr = ctypes.c_uint64()
-        self._call("cuIpcOpenMemHandle_v2", ctypes.byref(ptr), _IpcHandle(handle), ctypes.c_uint(IPC_LAZY_ENABLE_PEER_ACCESS))
+        self._call("cuIpcOpenMemHandle_v2", ctypes.byref(ptr), _IpcHandle.from_buffer_copy(handle), IPC_LAZY_ENABLE_PEER_ACCESS)
         return ptr.value
 
     def close(self, ptr: int) -> None:
-        self._call("cuIpcCloseMemHandle", ctypes.c_uint64(ptr))
+        self._call("cuIpcCloseMemHandle", ptr)
 
 
 def wanted() -> bool:

@@ -24,8 +24,9 @@ after the other). That argument needs each program to touch the same
 elements in every call, so the grid is fixed (`programs`), whatever the size.
 
 A peer that never comes (it died) would hang the GPU: each wait gives up
-after `MAX_SPINS` polls and raises `error[0]`; the result is then garbage,
-and the host finds the dead worker before the next step.
+after `MAX_SPINS` polls and raises `error[0]`, and once it is raised no call
+waits again (a graph holds dozens of these calls); the results are then
+garbage, and the host finds the dead worker before the next step.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import triton
 import triton.language as tl
 
 BLOCK = 4096            # elements per program per iteration: 16 per thread at 8 warps
-MAX_SPINS = 1 << 25     # polls of one flag before giving up (seconds, far beyond any live peer's lag)
+MAX_SPINS = 1 << 24     # polls of one flag before giving up (seconds: far beyond any live peer's lag)
 
 
 @triton.jit
@@ -60,12 +61,12 @@ def _one_shot_all_reduce_kernel(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank
     own_flags = own.to(tl.pointer_type(tl.int32))
     for p in tl.static_range(WORLD):                                # 3. every peer's flag in mine
         if p != rank:
-            spins = 0
+            spins = tl.where(tl.atomic_add(error_ptr, 0) == 0, 0, MAX_SPINS)   # given up before: do not wait
             while (tl.atomic_add(own_flags + p * programs + pid, 0, sem="acquire", scope="sys") < epoch) \
                     & (spins < MAX_SPINS):
                 spins += 1
             if spins >= MAX_SPINS:
-                tl.store(error_ptr, 1)
+                tl.atomic_xchg(error_ptr, 1)
     tl.debug_barrier()
     for start in range(pid * BLOCK, n, programs * BLOCK):          # 4. the sum, rank 0 first
         idx = start + lanes
