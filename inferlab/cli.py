@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--block-size", type=int, default=None, help=ENGINE_DEFAULT)
     bench.add_argument("--seed", type=int, default=0, help="the workload's seed (prompts and lengths)")
     bench.add_argument("--tensor-parallel-size", type=int, default=None,
-                       help="split the model over N GPUs (needs --scheduling sync)")
+                       help="split the model over N GPUs (NCCL), or N processes on the CPU (gloo)")
     bench.add_argument("--out", default=None, help="write the results as JSON here")
     serve_load = bench.add_argument_group("bench serve (an online load against --url)")
     serve_load.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")

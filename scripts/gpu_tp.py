@@ -708,6 +708,8 @@ if __name__ == "__main__":
         child_bench(sys.argv[2], int(sys.argv[3]), sys.argv[4])
         sys.exit(0)
     OUT.mkdir(parents=True, exist_ok=True)
+    import faulthandler
+    faulthandler.dump_traceback_later(float(os.environ.get("GPU_TP_DUMP_AFTER_S", 555)))   # where a stuck run stands
     if torch.cuda.device_count() < 2:
         RESULTS["error"] = f"needs 2 GPUs, found {torch.cuda.device_count()}"
     else:
