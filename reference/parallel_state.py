@@ -165,6 +165,20 @@ def all_reduce(x: torch.Tensor, world_size: int) -> torch.Tensor:
     return x
 
 
+def all_reduce_add(x: torch.Tensor, residual: torch.Tensor, world_size: int) -> torch.Tensor:
+    """residual + (sum of x over the ranks): the end of a transformer block under tensor parallelism.
+
+    With the one-shot all-reduce the add happens in the same kernel, which
+    writes the result into `residual` (the stream is consumed, as the GEMM
+    epilogue consumes it on one GPU) and saves an add kernel per block;
+    otherwise it is the plain `residual + all_reduce(x)`, the same bits.
+    """
+    fast = _STATE.fast_all_reduce
+    if world_size > 1 and fast is not None and fast.fits(x, residual):
+        return fast(x, residual=residual)
+    return residual + all_reduce(x, world_size)
+
+
 def all_gather_last_dim(x: torch.Tensor, world_size: int) -> torch.Tensor:
     """Concatenate every rank's x along the last dimension (vocab-parallel logits)."""
     if world_size == 1:

@@ -19,7 +19,7 @@ if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c "import fastapi, uvicorn" 2>/de
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/gpu_tp.log"
-timeout 570 python3 scripts/gpu_tp.py 2>&1 | tee -a "$OUT/gpu_tp.log"
+timeout "${GPU_TP_TIMEOUT_S:-570}" python3 scripts/gpu_tp.py 2>&1 | tee -a "$OUT/gpu_tp.log"
 echo "exit code ${PIPESTATUS[0]}" | tee -a "$OUT/gpu_tp.log"
 ps -eo pid,ppid,etime,cmd | grep -E "inferlab|gpu_tp|spawn_main" | grep -v grep | tee -a "$OUT/gpu_tp.log" \
   || echo "no process left behind" | tee -a "$OUT/gpu_tp.log"

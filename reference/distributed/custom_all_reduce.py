@@ -1,7 +1,7 @@
 """The buffers behind the one-shot all-reduce (reference/kernels/all_reduce.py): CUDA IPC between the ranks.
 
-Each rank allocates one buffer with the CUDA driver (flags, then two data
-halves), and exports it as an IPC handle; the ranks swap handles over the
+Each rank allocates one buffer with the CUDA driver (flags, then a slot per
+rank, twice), and exports it as an IPC handle; the ranks swap handles over the
 gloo group, and each opens the others' (`cuIpcOpenMemHandle`, with peer
 access): a kernel on GPU r can then read and write GPU p's buffer by address.
 The driver is called through ctypes, so nothing here needs compiling.
@@ -27,8 +27,8 @@ import os
 import torch
 import torch.distributed as dist
 
-FLAG_BYTES = 4096          # flags[src rank][program], int32: 8 ranks x 128 programs fit
-MAX_PROGRAMS = 64
+MAX_PROGRAMS = 128
+FLAG_BYTES = 8 * MAX_PROGRAMS * 4     # flags[source rank][program], int32, for up to 8 ranks
 IPC_LAZY_ENABLE_PEER_ACCESS = 1
 
 
@@ -100,13 +100,13 @@ class OneShotAllReduce:
     """This rank's side of the one-shot all-reduce; collective to build (every rank at once)."""
 
     def __init__(self, rank: int, world: int, dtype: torch.dtype, max_bytes: int, group):
-        from reference.kernels.all_reduce import one_shot_all_reduce
+        from reference.kernels.all_reduce import buffer_bytes, one_shot_all_reduce
         self._kernel = one_shot_all_reduce
         self.rank, self.world, self.dtype = rank, world, dtype
         self.max_bytes = -(-max_bytes // 256) * 256
         self.driver = _Driver()
         torch.cuda.synchronize()
-        self.own = self.driver.alloc(FLAG_BYTES + 2 * self.max_bytes)
+        self.own = self.driver.alloc(buffer_bytes(world, self.max_bytes, FLAG_BYTES))
         mine = (self.driver.export(self.own), torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
         everyone: list = [None] * world
         dist.all_gather_object(everyone, mine, group=group)
@@ -119,12 +119,15 @@ class OneShotAllReduce:
         self.epochs = torch.zeros(programs, dtype=torch.int32, device=device)
         self.error = torch.zeros(1, dtype=torch.int32, device=device)
 
-    def fits(self, x: torch.Tensor) -> bool:
-        return x.dtype == self.dtype and x.is_cuda and x.is_contiguous() and x.numel() * x.element_size() <= self.max_bytes
+    def fits(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> bool:
+        ok = x.dtype == self.dtype and x.is_cuda and x.is_contiguous() and x.numel() * x.element_size() <= self.max_bytes
+        return ok and (residual is None or (residual.shape == x.shape and residual.dtype == x.dtype
+                                            and residual.is_contiguous()))
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        self._kernel(x, self.addrs, self.epochs, self.error, self.rank, self.world, FLAG_BYTES, self.max_bytes)
-        return x
+    def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """Sum of x over the ranks, in place; with `residual`, residual + that sum, written into residual."""
+        return self._kernel(x, self.addrs, self.epochs, self.error, self.rank, self.world, FLAG_BYTES,
+                            self.max_bytes, residual=residual)
 
     def close(self) -> None:
         """Unmap the peers' buffers and free ours (the device must be idle: no kernel may still read them)."""

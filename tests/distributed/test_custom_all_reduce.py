@@ -18,40 +18,47 @@ import torch
 FLAG_BYTES = 4096
 
 
-def simulated_rank0(n: int, buffer_bytes: int, epochs: torch.Tensor, bufs, rank1_data: torch.Tensor, signal: bool,
-                    x: torch.Tensor, error: torch.Tensor, max_spins: int = 50) -> None:
+def simulated_rank0(n: int, max_bytes: int, epochs: torch.Tensor, bufs, rank1_data: torch.Tensor, signal: bool,
+                    x: torch.Tensor, error: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """Rank 0's call with rank 1's part already pushed into rank 0's buffer (and, if `signal`, its flags set)."""
     from reference.kernels.all_reduce import one_shot_all_reduce
     programs = epochs.numel()
     epoch = int(epochs[0]) + 1
-    half = (epoch % 2) * buffer_bytes // 4
-    data1 = bufs[1][FLAG_BYTES // 4:].view(torch.float32)
-    data1[half:half + n] = rank1_data
+    slot = max_bytes // 4
+    first_slot = (epoch % 2) * 2
+    data0 = bufs[0][FLAG_BYTES // 4:]
+    data0[(first_slot + 1) * slot:(first_slot + 1) * slot + n] = rank1_data     # rank 1's slot in my buffer
     if signal:   # rank 1 says: my data for call `epoch` is there
         bufs[0][:FLAG_BYTES // 4].view(torch.int32)[programs:2 * programs] = epoch
     addrs = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64)
-    one_shot_all_reduce(x, addrs, epochs, error, 0, 2, FLAG_BYTES, buffer_bytes, max_spins=max_spins)
+    return one_shot_all_reduce(x, addrs, epochs, error, 0, 2, FLAG_BYTES, max_bytes, residual=residual, max_spins=50)
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="runs under the Triton interpreter")
 def test_one_shot_all_reduce_under_the_interpreter():
     pytest.importorskip("triton")
-    programs, n, buffer_bytes = 3, 5000, 4 * 6000
-    bufs = [torch.zeros((FLAG_BYTES + 2 * buffer_bytes) // 4, dtype=torch.float32) for _ in range(2)]
+    from reference.kernels.all_reduce import buffer_bytes
+    programs, n, max_bytes = 3, 5000, 4 * 6000
+    bufs = [torch.zeros(buffer_bytes(2, max_bytes, FLAG_BYTES) // 4, dtype=torch.float32) for _ in range(2)]
     epochs = torch.zeros(programs, dtype=torch.int32)
     error = torch.zeros(1, dtype=torch.int32)
     for call in (1, 2, 3):
-        mine, theirs = torch.randn(n), torch.randn(n)
+        mine, theirs, residual = torch.randn(n), torch.randn(n), torch.randn(n)
         x = mine.clone()
-        simulated_rank0(n, buffer_bytes, epochs, bufs, theirs, True, x, error)
-        assert torch.equal(x, mine + theirs), f"call {call}: wrong sum"
+        with_residual = call == 3
+        out = simulated_rank0(n, max_bytes, epochs, bufs, theirs, True, x, error,
+                              residual=residual.clone() if with_residual else None)
+        expected = mine + theirs
+        assert torch.equal(out, expected + residual if with_residual else expected), f"call {call}: wrong sum"
         assert epochs.tolist() == [call] * programs
         assert bufs[1][:FLAG_BYTES // 4].view(torch.int32)[:programs].tolist() == [call] * programs, \
             "rank 0 did not tell rank 1 its data was there"
-        half = (call % 2) * buffer_bytes // 4
-        assert torch.equal(bufs[0][FLAG_BYTES // 4 + half:FLAG_BYTES // 4 + half + n], mine), "my data not in my half"
+        first_slot = (call % 2) * 2
+        pushed = bufs[1][FLAG_BYTES // 4 + first_slot * (max_bytes // 4):][:n]
+        assert torch.equal(pushed, mine), f"call {call}: my part is not in my slot of rank 1's buffer"
     assert error.item() == 0
     x = torch.randn(n)
-    simulated_rank0(n, buffer_bytes, epochs, bufs, torch.randn(n), False, x, error)   # rank 1 never comes
+    simulated_rank0(n, max_bytes, epochs, bufs, torch.randn(n), False, x, error)   # rank 1 never comes
     assert error.item() == 1
 
 
@@ -80,10 +87,16 @@ def _rank(rank: int, init_file: str, result_file: str) -> None:
             inputs = [torch.empty_like(x) for _ in range(2)]
             dist.all_gather(inputs, x)
             expected = (inputs[0].float() + inputs[1].float()).to(torch.bfloat16)
+            residual = torch.randn(rows, width, device="cuda", generator=generator).to(torch.bfloat16)
+            with_residual = residual + expected        # what residual + all_reduce(x) gives
+            y = x.clone()
             ar(x)
             if not torch.equal(x, expected):
                 failures.append(f"eager {rows}x{width}: wrong sum")
             check(x, f"eager {rows}x{width}")
+            ar(y, residual=residual)
+            if not torch.equal(residual, with_residual):
+                failures.append(f"eager {rows}x{width} with a residual: wrong sum")
     static = torch.zeros(64, 4096, device="cuda", dtype=torch.bfloat16)
     graph = torch.cuda.CUDAGraph()
     ar(static)   # warm-up (compiles) before capture
