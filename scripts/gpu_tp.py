@@ -4,14 +4,16 @@ Run by scripts/gpu_tp.sh; every part is independent (a failure is recorded and
 the next part runs) and the whole run keeps to a time budget. Writes
 $OUT/gpu_tp.json and prints a table at the end.
 
-Parts (GPU_TP_PARTS picks some; the default runs all that the budget allows):
+Parts (GPU_TP_PARTS picks some; by default `env,allreduce,tp_bench,small`, about 6.5 minutes on two
+H100s; `gpu_tests,pd,serve` is the second call, about 7 minutes; docs/performance.md has both):
   env          GPUs, how they are linked, peer access, versions, the NVLink multicast variables
   allreduce    one all-reduce of a decode step's activations: NCCL eager / in a CUDA graph, the one-shot
                all-reduce eager / in a graph (results checked against NCCL's); the GPU-to-GPU copy and
                NCCL send/recv bandwidth; step inputs as pickles over gloo vs the shared-memory channel
   gpu_tests    the gpu-marked tests of tests/distributed (the one-shot all-reduce; three TP=2 engines made
                and dropped in one process under a timeout; P/D on the GPU)
-  tp_bench     Qwen3-8B shape (random bf16): TP=1, TP=2 (one-shot all-reduce), TP=2 (NCCL all-reduce);
+  tp_bench     Qwen3-8B shape (random bf16): TP=1, TP=2 (one-shot all-reduce), TP=2 with NCCL's
+               (GPU_TP_NCCL_VARIANT=1);
                decode batch 64 and 256 (prompt 128, output 256 tokens, every request at once), three runs
                each with async scheduling, one with sync; where a decode step's GPU time goes (profiler)
   small        the same on the Qwen3-0.6B shape, eager TP=1 vs TP=2, and bf16 TP=2 vs TP=1 tokens
@@ -467,7 +469,7 @@ def tp_bench() -> dict:
     out["tp2"] = bench_engine(model, QWEN3_8B["vocab_size"], 2, REPS)
     out["tp2_over_tp1"] = summarize(out, ("tp1", "tp2"))
     save()
-    if os.environ.get("GPU_TP_NCCL_VARIANT", "1") == "1" and BUDGET_S - (time.monotonic() - START) > 150 \
+    if os.environ.get("GPU_TP_NCCL_VARIANT", "0") == "1" and BUDGET_S - (time.monotonic() - START) > 150 \
             and out["tp2"]["all_reduce"] != "nccl":
         saved = os.environ.get("INFERLAB_TP_ALL_REDUCE")
         os.environ["INFERLAB_TP_ALL_REDUCE"] = "nccl"
@@ -722,6 +724,7 @@ def table() -> None:
 
 
 PARTS = (env, allreduce, gpu_tests, tp_bench, small, pd, serve, before)
+DEFAULT_PARTS = "env,allreduce,tp_bench,small"
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child-bench":
@@ -733,9 +736,9 @@ if __name__ == "__main__":
     if torch.cuda.device_count() < 2:
         RESULTS["error"] = f"needs 2 GPUs, found {torch.cuda.device_count()}"
     else:
-        wanted = os.environ.get("GPU_TP_PARTS")   # e.g. "tp_bench,pd": run only these parts
+        wanted = os.environ.get("GPU_TP_PARTS", DEFAULT_PARTS).split(",")   # e.g. "tp_bench,pd"
         for run in PARTS:
-            if wanted is None or run.__name__ in wanted.split(","):
+            if run.__name__ in wanted:
                 run()
     save()
     table()

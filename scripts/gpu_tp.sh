@@ -3,8 +3,8 @@
 # TP=1 vs TP=2 throughput (Qwen3-8B and 0.6B shapes, decode batch 64 and 256), where a step's GPU time goes,
 # colocated vs disaggregated, `inferlab serve` curves at TP=1 and TP=2 (scripts/gpu_tp.py lists the parts).
 # Usage (on a 2-GPU machine, from the repository root):  OUT=/tmp/out bash scripts/gpu_tp.sh
-#   GPU_TP_PARTS=env,allreduce,...   only these parts (two calls of about 9 minutes cover them all:
-#                                    docs/performance.md gives the two commands)
+#   GPU_TP_PARTS=env,allreduce,...   only these parts (default: env,allreduce,tp_bench,small; the second call
+#                                    is gpu_tests,pd,serve; docs/performance.md gives both commands)
 #   GPU_TP_BUDGET_S (default 500)    the measured parts stop starting new work past this
 # Writes $OUT/gpu_tp.json and $OUT/gpu_tp.log.
 # `serve` needs fastapi and uvicorn; without network, put their wheels in .whl/ (docs/performance.md).
