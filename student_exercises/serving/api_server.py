@@ -199,4 +199,9 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8000, model_name:
     engine = LLMEngine(model_dir, default_parts(engine_config.get("tensor_parallel_size", 1)), **engine_config)
     name = model_name or model_dir.rstrip("/").rsplit("/", 1)[-1]
     app = build_app(engine, name, max_waiting=max_waiting)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    finally:
+        close = getattr(engine.model_runner, "close", None)   # tensor parallelism: stop the worker processes now
+        if close is not None:
+            close()
