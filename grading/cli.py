@@ -88,6 +88,23 @@ def _cmd_grade_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_grade_ta_sheet(args: argparse.Namespace) -> int:
+    from labkit.rubric import load_rubric
+    from grading.report import load_results
+    from grading.ta_marks import TA_FILE, write_sheet
+    results_dir = Path(args.results)
+    results = load_results(results_dir)
+    if not results:
+        raise FileNotFoundError(f"no finished results (*.json) in {results_dir}")
+    out = Path(args.out) if args.out else results_dir / TA_FILE
+    if out.exists():
+        raise ValueError(f"{out} exists: it may hold marks; move it or name another --out")
+    write_sheet(results, out, load_rubric(results[0]["lab"]))
+    make_console().print(f"TA sheet: [bold]{out}[/bold]: fill in points (one of each row's anchors) and a comment; "
+                         "`grade report` merges it")
+    return 0
+
+
 def _cmd_grade_nbgrader(args: argparse.Namespace) -> int:
     from grading.nbgrader_bridge import run_nbgrader
     console = make_console()
@@ -136,6 +153,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     report.add_argument("--results", required=True, help="the --out folder of `grade run`")
     report.add_argument("--out", default=None, help="where to write (default: RESULTS/report)")
     report.set_defaults(func=_cmd_grade_report)
+    sheet = actions.add_parser("ta-sheet", help="a marks sheet for the rubric items a TA marks (kind ta)")
+    sheet.add_argument("--results", required=True, help="the --out folder of `grade run`")
+    sheet.add_argument("--out", default=None, help="where to write (default: RESULTS/ta_marks.csv, which report reads)")
+    sheet.set_defaults(func=_cmd_grade_ta_sheet)
     package = actions.add_parser("package", help="a Gradescope autograder bundle (setup.sh, run_autograder, ...)")
     package.add_argument("--lab", required=True, choices=graded_labs())
     package.add_argument("--out", default="autograder.zip", help="the .zip to write (default: autograder.zip)")

@@ -23,8 +23,9 @@ from rich.table import Table
 
 from grading.results import read_result, write_json_atomic
 
-STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "magenta", "error": "bold red", "blocked": "yellow"}
-STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR", "blocked": "GPU"}
+STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "magenta", "error": "bold red", "blocked": "yellow",
+                "pending": "cyan"}
+STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR", "blocked": "GPU", "pending": "TA"}
 CSV_FIXED = ["student_id", "lab", "status", "score", "max_score", "gradable_points", "blocked_points"]
 
 
@@ -151,7 +152,10 @@ def feedback_markdown(result: dict[str, Any]) -> str:
     for item in result["items"]:
         summary = item["message"].replace("|", "\\|")
         lines.append(f"| {item['title']} | {item['score']}/{item['points']} | {item['status']} | {summary} |")
-    failed = [item for item in result["items"] if item["status"] not in ("passed", "blocked")]
+    pending = sum(item["points"] for item in result["items"] if item["status"] == "pending")
+    if pending:
+        lines.append(f"({pending} points are marked by a TA and not yet in this score.)")
+    failed = [item for item in result["items"] if item["status"] not in ("passed", "blocked", "pending")]
     if failed:
         lines += ["", "## What to look at", ""]
         for item in failed:
@@ -159,18 +163,26 @@ def feedback_markdown(result: dict[str, Any]) -> str:
             lines += ["", item["message"], ""]
             if item["details"]:
                 lines += ["```", *item["details"], "```", ""]
-        lines += [LEGEND]
-    lines += ["", "## Your exercise regions", "", "| region | status | note |", "| --- | --- | --- |"]
+        if any(item["kind"] != "report" and item["kind"] != "ta" for item in failed):
+            lines += [LEGEND]
+    marked = [item for item in result["items"] if item["kind"] == "ta" and item["status"] in ("passed", "failed")]
+    if marked:
+        lines += ["", "## Marked by a TA", ""]
+        for item in marked:
+            lines += [f"### {item['title']} ({item['score']}/{item['points']})", "", "```", *item["details"], "```", ""]
+    if result["regions"]:
+        lines += ["", "## Your exercise regions", "", "| region | status | note |", "| --- | --- | --- |"]
     for region in result["regions"]:
         lines.append(f"| `{region['region_id']}` | {region['status']} | {region['message']} |")
     if result["notes"] or result["flags"]:
         lines += ["", "## Notes from the grader", ""]
         lines += [f"- {note}" for note in result["notes"]]
         lines += [f"- flagged for review: {flag}" for flag in result["flags"]]
-    lines += ["", "What runs of your files: the bodies of the exercise regions, plus the definitions you added "
-              "outside them (imports, functions, classes, constants, new methods); other changes outside the "
-              "regions are not run (the notes above list any). The grader puts that code into its own copy of the engine "
-              "and compares what it does with the reference, step by step.", ""]
+    if result["regions"]:
+        lines += ["", "What runs of your files: the bodies of the exercise regions, plus the definitions you added "
+                  "outside them (imports, functions, classes, constants, new methods); other changes outside the "
+                  "regions are not run (the notes above list any). The grader puts that code into its own copy of the engine "
+                  "and compares what it does with the reference, step by step.", ""]
     return "\n".join(lines)
 
 
@@ -244,6 +256,9 @@ def make_reports(results_dir: Path, out: Path | None = None, console: Console | 
     results = load_results(results_dir)
     if not results:
         raise FileNotFoundError(f"no finished results (*.json) in {results_dir}")
+    from labkit.rubric import load_rubric
+    from grading.ta_marks import merge_all
+    results = merge_all(results, results_dir, load_rubric(results[0]["lab"]))
     out = out or results_dir / "report"
     paths = ReportPaths(out, out / "grades.csv", out / "feedback", out / "gradescope", out / "histogram.png")
     paths.feedback.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from student_exercises.parallel_state import agree_on_min, layout_for, tp_rank
 from student_exercises.engine.prefill_graphs import PrefillGraphs, no_gc_while_capturing
 from student_exercises.engine.sequence import Sequence
 from student_exercises.layers.attention import AttentionMetadata, make_backend
-from student_exercises.layers.sampler import check_sampled, sample, sample_on_device
+from student_exercises.layers.sampler import check_sampled, sample, sample_on_device, token_logprobs
 from student_exercises.models.loader import load_weights
 from student_exercises.models.qwen3 import ElementwiseOps, Qwen3Attention, Qwen3ForCausalLM
 
@@ -357,7 +357,10 @@ class ModelRunner:
         if previous is not None and previous.row_of:
             rows = [previous.row_of.get(seq.seq_id, -1) for seq in seqs]
             source = self._tensor(np.asarray(rows, dtype=np.int64))
-            from_previous = previous.device_tokens[source.clamp(min=0)]
+            # A row that could not be sampled holds -1: it fails when `previous` is read back, but this
+            # step runs first, and an embedding lookup at -1 is a device-side assert on CUDA (the
+            # context is lost): it gets token 0 instead, whose output is thrown away with the request.
+            from_previous = previous.device_tokens[source.clamp(min=0)].clamp(min=0)
             input_ids = torch.where(source >= 0, from_previous, input_ids)
         hidden = self._decode_forward(input_ids, positions, meta)
         logits = self.model.compute_logits(hidden)
@@ -432,5 +435,23 @@ class ModelRunner:
         sampled = sample(logits, [seqs[i].sampling_params for i in rows], [seqs[i].generator for i in rows])
         for i, token in zip(rows, sampled):
             tokens[i] = token
+        self._record_logprobs(logits, [seqs[i] for i in rows], sampled)
         return tokens
+
+    @staticmethod
+    def _record_logprobs(logits: torch.Tensor, seqs: list[Sequence], sampled: list[int]) -> None:
+        """Append each sampled token's log-probabilities to the sequences that asked for them.
+
+        Here because only the runner holds the logits; the engine passes them
+        on with the token (`StepOutput.logprobs`). Only the synchronous step
+        computes them: the engine does not overlap steps while a request
+        that wants them is unfinished (`LLMEngine._can_overlap`).
+        """
+        rows = [j for j, seq in enumerate(seqs) if seq.sampling_params.logprobs is not None]
+        if not rows:
+            return
+        entries = token_logprobs(logits[rows], [sampled[j] for j in rows],
+                                 [seqs[j].sampling_params.logprobs for j in rows])
+        for j, entry in zip(rows, entries):
+            seqs[j].logprobs.append(entry)
 
