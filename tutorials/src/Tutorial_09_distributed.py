@@ -260,7 +260,7 @@ if os.path.isfile(TP_RUN_H100):
         for band in ("gemm", "attention"):   # 被切分的部分确实减半
             assert gpu_ms[batch]["TP=2"][band] < 0.6 * gpu_ms[batch]["TP=1"][band]
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 3.4))
     colors = {"gemm": "tab:blue", "attention": "tab:green", "all_reduce": "tab:red", "all_gather": "tab:purple",
               "other": "tab:gray"}
     for ax, batch in zip(axes, (64, 256)):
@@ -273,7 +273,7 @@ if os.path.isfile(TP_RUN_H100):
         ax.set_xticks([0, 1], ["TP=1", "TP=2"])
         ax.set_ylabel("GPU ms / decode step")
         ax.set_title(f"Qwen3-8B shape, batch {batch}")
-    axes[1].legend(fontsize=8)
+    axes[1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     plt.tight_layout()
     plt.show()
 else:
