@@ -22,7 +22,8 @@ import pytest
 from labkit.tree import load_reference
 from labkit.labs import ROOT
 from courseware.tiny_model import ensure_tiny_model
-from grading.execute import SANDBOX_UID, Fence, Runner, clear
+from grading import execute
+from grading.execute import SANDBOX_UID, Fence, Runner
 from grading.harness import build_harness
 from grading.paths import golden_path
 from grading import process_fence
@@ -88,14 +89,22 @@ def probed(request, tmp_path_factory):
         fence = Fence.for_run(ensure_tiny_model(), work)
         runner = Runner(work / "run", spawn=request.param)
         scratch = work / "scratch"
+        left = scratch / "left_behind.txt"
+        before = {}
+        read_observations = execute.read_observations
+
+        def read_and_look(path):
+            """What the item left, seen by the grader where it reads the observations (scratch goes after)."""
+            before.update({"owner": left.stat().st_uid if left.exists() else None,
+                           "readable": left.read_text() if left.exists() else None})
+            return read_observations(path)
+
         try:
+            execute.read_observations = read_and_look
             run = runner.observe(harness, scratch, ["hidden/lab2/test_probe.py"], 120, fence)
         finally:
+            execute.read_observations = read_observations
             runner.close()
-        left = scratch / "left_behind.txt"
-        before = {"owner": left.stat().st_uid if left.exists() else None,
-                  "readable": left.read_text() if left.exists() else None}
-        clear(scratch)
         return {"run": run, "before": before, "after": scratch.exists(), "secret": secret}
     finally:
         del os.environ[SECRET_NAME]
