@@ -58,7 +58,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         "max_num_batched_tokens": "max_num_batched_tokens", "block_size": "kvcache_block_size",
         "num_kvcache_blocks": "num_kvcache_blocks", "max_model_len": "max_model_len",
         "enable_chunked_prefill": "enable_chunked_prefill", "async_scheduling": "async_scheduling",
-        "enforce_eager": "enforce_eager", "lifecycle_log": "lifecycle_log"})
+        "enforce_eager": "enforce_eager", "lifecycle_log": "lifecycle_log",
+        "tensor_parallel_size": "tensor_parallel_size"})
     given = {"max_waiting": args.max_waiting_requests, "max_request_bytes": args.max_request_bytes,
              "drain_timeout": args.drain_timeout}   # 0 is a value here (no drain), so not engine_settings
     server = {name: value for name, value in given.items() if value is not None}
@@ -157,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--enable-chunked-prefill", action="store_true")
     serve.add_argument("--async-scheduling", action="store_true")
     serve.add_argument("--enforce-eager", action="store_true")
+    serve.add_argument("--tensor-parallel-size", type=int, default=None,
+                       help="split the model over N processes (N GPUs with NCCL; gloo on the CPU); " + ENGINE_DEFAULT)
     serve.add_argument("--lifecycle-log", default=None, help="write the lifecycle log (JSONL) here")
     serve.set_defaults(func=_cmd_serve)
 

@@ -300,6 +300,10 @@ def serve(model_dir: str, host: str = "127.0.0.1", port: int = 8000, model_name:
         DrainingServer(app, host, port, drain_timeout).run()
     except KeyboardInterrupt:
         pass   # uvicorn raises the SIGINT it stopped for again, once it has shut down cleanly: not an error
+    finally:
+        close = getattr(engine.model_runner, "close", None)   # tensor parallelism: stop the worker processes now
+        if close is not None:
+            close()
     # Everything alive now dies with the process. Frozen, it is skipped by the full collections the
     # interpreter runs while exiting, which walk every object (torch, transformers): that walk took
     # seconds on a busy 2-core machine (docs/serving.md, "Shutdown").

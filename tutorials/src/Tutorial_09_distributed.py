@@ -24,6 +24,7 @@
 # | 1. 拓扑（TP / PP / DP） | 10 | 表格；第 3 节里 all-reduce 字节数 = 公式（断言，确定） |
 # | 2. Column + row parallel | 15 | 手算结果与整块矩阵相等（断言） |
 # | 3. TP=2 引擎 | 10 | CPU 上两个进程（gloo）；tokens 与 TP=1 相同（断言）；TP=2 每步比 TP=1 慢（断言），倍数随机器变；H200 记录：每步 all-reduce 1.8 ms（断言：1–3 ms） |
+# | 3.1 GPU 实测（两张 H100 的记录） | 5 | 8B 形状 TP=2 / TP=1 = 1.41–1.49，6 次都在 1.3–1.6 之间（断言）；all-reduce 占 TP=2 每步约 11%（B=64）/ 15%（B=256）（断言：5–30%）；GEMM、attention 减半（断言：TP=2 不到 TP=1 的 0.6），norm 不减 |
 # | 4. PD 分离 | 20 | KV 搬运后 token 与单引擎相同、字节数 = blocks × 16 × 512、`cached_blocks` = [0, 2, 2, 2, 2, 2]（断言，确定）；最快的一次传输 < prefill 步的中位数（断言）。传输的中位数和有效带宽随机器负载变（见过 8.7 ms 的中位数），只打印不断言；Qwen3-0.6B 记录算出的临界带宽约 44 GB/s（断言：25–400 GB/s） |
 # | 课堂练习 | 10 | 见答案格子里的断言 |
 
@@ -189,7 +190,7 @@ plt.show()
 
 # %% [markdown]
 # 在 CPU 上跑 tiny model，TP=2 **更慢**：每层的矩阵乘只要几微秒，而每次 gloo all-reduce 要经过进程间通信，
-# 还要加上每步一次的 batch 广播。TP 只有在 **计算量大到能盖过通信** 时才划算：
+# 还要加上每步一次把 batch 发给 worker。TP 只有在 **计算量大到能盖过通信** 时才划算：
 # 大模型（8B 的一层矩阵乘要几百微秒）+ NVLink 上的 NCCL（一次 all-reduce 几十微秒）。
 # GPU 上的记录（两张 H200，`scripts/gpu_tp.sh`，`docs/performance.md`）由下一格读出。
 
@@ -213,11 +214,84 @@ else:
 
 # %% [markdown]
 # 两张 H200 上（上一格的断言）：NCCL 的一次 all-reduce 约 25 µs，8B 形状每个 decode step 要 72 次，约 1.8 ms —— 这是 TP=2 每一步固定要付的通信；
-# fp32 下 TP=2 的 token 和单卡完全相同。TP=2 的吞吐那次没有测到（benchmark 的 TP=2 引擎挂起，原因未查明，`docs/performance.md` 有记录）。
+# fp32 下 TP=2 的 token 和单卡完全相同。TP=2 的吞吐那次没有测到：TP=2 引擎退出时挂起。原因后来查明（issue 35）：NCCL 不肯销毁一个还被 CUDA graph 引用着的 communicator，而引擎退出时先离开进程组、后释放 decode graphs；现在顺序倒过来了（`docs/distributed.md`）。
 #
 # 还要注意：bf16 下 TP=2 与 TP=1 的 token 不保证完全一致。每个 rank 的部分和先舍入到 bf16 再相加，
 # 而单卡是在 fp32 里累加完整的点积后只舍入一次；随机权重下很多 logit 几乎相等，一次舍入差异就可能翻转 greedy token。
 # `docs/distributed.md` 写了容差（第一个 token 至少 90% 相同）和原因。
+
+# %% [markdown]
+# ### 3.1 GPU 上实测：TP=2 的 scaling 与 all-reduce 的占比
+#
+# 下一格读出 `scripts/gpu_tp.sh` 在两张 H100（NVLink）上的记录（issue 35，2026-11-27，
+# `docs/results/2026-11-27/gpu_tp_call2_h100x2.json`，命令见 `docs/performance.md`），不是现场测的：Qwen3-8B 形状、随机 bf16 权重，
+# decode batch B（B 个请求、每个 128 个 prompt token、256 个输出 token，一次全部提交），async scheduling + CUDA graphs，
+# 每种配置跑 3 次。profile 一栏是 torch.profiler 在 rank 0 上量的 **每个 decode step 的 GPU 时间**，按 kernel 类别分组。
+#
+# 理想情况下 TP=2 每卡只读一半权重，decode step 应该快接近 2 倍。看看实际差在哪里。
+
+# %%
+TP_RUN_H100 = os.path.join(os.pardir, "docs", "results", "2026-11-27", "gpu_tp_call2_h100x2.json")
+if os.path.isfile(TP_RUN_H100):
+    with open(TP_RUN_H100) as f:
+        rec = json.load(f)
+    print(f"{' + '.join(rec['env']['gpus'])}, torch {rec['env']['torch']}, NCCL {rec['env']['nccl']}, 2026-11-27, "
+          "Qwen3-8B shape (bf16), decode batch 64 / 256")
+    bench = rec["tp_bench"]
+    one_shot_us = {b: rec["allreduce"]["by_tokens"][str(b)]["custom_graph_us"] for b in (64, 256)}
+    nccl_us = {b: rec["allreduce"]["by_tokens"][str(b)]["nccl_graph_us"] for b in (64, 256)}
+    gpu_ms, step_ms = {}, {}
+    for batch in (64, 256):
+        runs = {tp: [r for r in bench[key]["runs"] if r["batch"] == batch and r["scheduling"] == "async"]
+                for tp, key in (("TP=1", "tp1"), ("TP=2", "tp2"))}
+        ratios = [b["output_tok_per_s"] / a["output_tok_per_s"] for a, b in zip(runs["TP=1"], runs["TP=2"])]
+        step_ms[batch] = {tp: float(np.median([r["decode_step_ms_median"] for r in rs])) for tp, rs in runs.items()}
+        gpu_ms[batch] = {tp: dict(bench[key][f"profile_batch{batch}"]["gpu_ms_per_step_by_band"])
+                         for tp, key in (("TP=1", "tp1"), ("TP=2", "tp2"))}
+        # 每步 73 次 all-reduce；用探针量的单次时间（B=64 那次 profile 里有一次异常的长等待）
+        gpu_ms[batch]["TP=2"]["all_reduce"] = 73 * one_shot_us[batch] / 1e3
+        share = gpu_ms[batch]["TP=2"]["all_reduce"] / step_ms[batch]["TP=2"]
+        tok_s = {tp: ", ".join(f"{r['output_tok_per_s']:,.0f}" for r in rs) for tp, rs in runs.items()}
+        print(f"B={batch:3d}: TP=1 {tok_s['TP=1']} tok/s, TP=2 {tok_s['TP=2']}: "
+              f"TP=2 / TP=1 = {', '.join(f'{x:.2f}' for x in ratios)}; all-reduce = {share:.0%} of a TP=2 step; "
+              f"one all-reduce: NCCL {nccl_us[batch]:.1f} us, one-shot {one_shot_us[batch]:.1f} us")
+        assert len(ratios) == 3 and all(1.3 < x < 1.6 for x in ratios)
+        assert 0.05 < share < 0.30
+        for band in ("gemm", "attention"):   # 被切分的部分确实减半
+            assert gpu_ms[batch]["TP=2"][band] < 0.6 * gpu_ms[batch]["TP=1"][band]
+
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 3.4))
+    colors = {"gemm": "tab:blue", "attention": "tab:green", "all_reduce": "tab:red", "all_gather": "tab:purple",
+              "other": "tab:gray"}
+    for ax, batch in zip(axes, (64, 256)):
+        for x, tp in enumerate(("TP=1", "TP=2")):
+            bottom = 0.0
+            for band, color in colors.items():
+                ms = gpu_ms[batch][tp].get(band, 0.0)
+                ax.bar(x, ms, bottom=bottom, color=color, label=band if x == 1 else None)
+                bottom += ms
+        ax.set_xticks([0, 1], ["TP=1", "TP=2"])
+        ax.set_ylabel("GPU ms / decode step")
+        ax.set_title(f"Qwen3-8B shape, batch {batch}")
+    axes[1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    plt.tight_layout()
+    plt.show()
+else:
+    print("没有 docs/results/（不是课程仓库）：两张 H100 上的 TP 记录见 docs/performance.md")
+
+# %% [markdown]
+# 读图：**GEMM 和 attention 真的减半了**（它们被切分：每卡一半权重、一半 KV head）。没有减半的是：
+#
+# - **all-reduce**：单卡根本没有这一项。每步 73 次（36 层 × 2 + embedding 1 次）。用 NCCL 时一次 21–38 µs，
+#   B=256 时 73 次就是 2.8 ms，接近一步的三成；本引擎的 one-shot all-reduce（`reference/kernels/all_reduce.py`）让每个 rank
+#   把自己的部分 **写进** 对方的显存（CUDA IPC），举旗、等旗，再在本地求和，一次 7.8–16.7 µs。
+# - **other（RMSNorm、RoPE、SiLU……）**：Megatron 式的 TP 只切矩阵乘和 attention，norm 在每张卡上对完整的 hidden
+#   向量重复做一遍，所以不会变少。
+# - LM head 的 **all-gather**，以及每步约 0.4 ms GPU 在等 CPU 的空隙（TP=1 也有）。
+#
+# 这就是 **Amdahl 定律**：能并行的部分减半，不能并行的部分不变还多了通信，所以实测是 1.41–1.49 倍，而不是 2 倍。
+# 在 0.6B 形状上情况更糟（TP=2 只有 TP=1 的 0.6 倍左右）：那里一步的 GPU 时间只有 2–3 ms，步长被 CPU 卡住，
+# 而 TP 还要在 rank 0 上多做"把 batch 发给 worker"这件事。**模型越大、batch 越大，TP 越划算。**
 
 # %% [markdown]
 # ## 4. Prefill/Decode 分离：把 KV 从一个进程搬到另一个进程
