@@ -47,6 +47,9 @@ class Quota:
         return f"{self.bytes / (1 << 20):g} MiB or {self.files} files"
 
 
+MOUNT_SOURCE = "inferlab-scratch"   # the source field of every scratch tmpfs in /proc/mounts
+
+
 def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
@@ -58,7 +61,7 @@ def _mount_tmpfs(path: Path, quota: Quota, executable: bool) -> bool:
     flags = MS_NOSUID | MS_NODEV | (0 if executable else MS_NOEXEC)
     options = f"size={quota.bytes},nr_inodes={quota.files},mode=0700".encode()
     libc = _libc()
-    if libc.mount(b"inferlab-scratch", os.fsencode(path), b"tmpfs", flags, options) != 0:
+    if libc.mount(MOUNT_SOURCE.encode(), os.fsencode(path), b"tmpfs", flags, options) != 0:
         return False
     libc.mount(None, os.fsencode(path), None, MS_PRIVATE, None)   # umounts elsewhere never reach it, nor ours them
     return True
