@@ -70,7 +70,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     bench.add_argument("--block-size", type=int, default=None, help=ENGINE_DEFAULT)
     bench.add_argument("--seed", type=int, default=0, help="the workload's seed (prompts and lengths)")
     bench.add_argument("--tensor-parallel-size", type=int, default=None,
-                       help="split the model over N GPUs (needs --scheduling sync)")
+                       help="split the model over N GPUs (NCCL), or N processes on the CPU (gloo)")
     bench.add_argument("--out", default=None, help="write the results as JSON here")
     bench.set_defaults(func=_cmd_bench)
     return bench

@@ -9,6 +9,8 @@ from courseware.measure_cli import add_parsers as add_measure_parsers
 from courseware.release_root import RELEASE_COMMANDS, hand_over
 from courseware.terminal import make_console, print_error
 
+SERVER_DEFAULT = "default: the server's own (reference/serving/defaults.py)"
+
 
 def engine_settings(args: argparse.Namespace, names: dict[str, str]) -> dict:
     """{Config field: value} for the engine flags given on the command line (`names`: flag dest -> field)."""
@@ -57,9 +59,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         "max_num_batched_tokens": "max_num_batched_tokens", "block_size": "kvcache_block_size",
         "num_kvcache_blocks": "num_kvcache_blocks", "max_model_len": "max_model_len",
         "enable_chunked_prefill": "enable_chunked_prefill", "async_scheduling": "async_scheduling",
-        "enforce_eager": "enforce_eager", "lifecycle_log": "lifecycle_log"})
+        "enforce_eager": "enforce_eager", "lifecycle_log": "lifecycle_log",
+        "tensor_parallel_size": "tensor_parallel_size"})
+    given = {"max_waiting": args.max_waiting_requests, "max_request_bytes": args.max_request_bytes,
+             "drain_timeout": args.drain_timeout}   # 0 is a value here (no drain), so not engine_settings
+    server = {name: value for name, value in given.items() if value is not None}
     make_console(stderr=True).print(f"serving [bold]{model}[/bold] on http://{args.host}:{args.port}/v1")
-    serve(model, args.host, args.port, args.served_model_name, args.max_waiting_requests, **engine)
+    serve(model, args.host, args.port, args.served_model_name, **server, **engine)
     return 0
 
 
@@ -136,8 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--served-model-name", default=None, help="the `model` clients send (default: folder name)")
-    serve.add_argument("--max-waiting-requests", type=int, default=256,
-                       help="past this many requests waiting, answer 503 with Retry-After")
+    serve.add_argument("--max-waiting-requests", type=int, default=None,
+                       help=f"past this many requests waiting, answer 503 with Retry-After; {SERVER_DEFAULT}")
+    serve.add_argument("--max-request-bytes", type=int, default=None,
+                       help=f"answer 413 to a request body larger than this many bytes; {SERVER_DEFAULT}")
+    serve.add_argument("--drain-timeout", type=float, default=None,
+                       help=f"on SIGINT/SIGTERM, seconds running requests may go on before they are ended; "
+                            f"{SERVER_DEFAULT}")
     serve.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
     serve.add_argument("--dtype", choices=DTYPES, default=None, help=ENGINE_DEFAULT)
     serve.add_argument("--max-num-seqs", type=int, default=None, help=ENGINE_DEFAULT)
@@ -148,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--enable-chunked-prefill", action="store_true")
     serve.add_argument("--async-scheduling", action="store_true")
     serve.add_argument("--enforce-eager", action="store_true")
+    serve.add_argument("--tensor-parallel-size", type=int, default=None,
+                       help="split the model over N processes (N GPUs with NCCL; gloo on the CPU); " + ENGINE_DEFAULT)
     serve.add_argument("--lifecycle-log", default=None, help="write the lifecycle log (JSONL) here")
     serve.set_defaults(func=_cmd_serve)
 
@@ -170,6 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve_load.add_argument("--goodput", nargs="*", default=[], metavar="KEY:MS",
                             help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:5000 (milliseconds)")
     serve_load.add_argument("--max-concurrency", type=int, default=None)
+    serve_load.add_argument("--disconnect", type=int, default=0, metavar="N",
+                            help="also send N requests per rate whose clients leave after their first token")
+    serve_load.add_argument("--compare-tokens", default=None, metavar="REPORT",
+                            help="check every request's token ids against an earlier --out report")
     serve_load.add_argument("--plot", default=None, help="write a latency/goodput-vs-rate PNG here")
     bench.set_defaults(func=_cmd_bench)
 

@@ -5,7 +5,9 @@ private file is covered without editing this list):
 
 - nbgrader markers (### BEGIN SOLUTION, ### BEGIN HIDDEN TESTS, ...) anywhere;
 - the lines inside the solution and hidden-test regions of every lab's nbgrader source notebook;
-- the tutorials' answer cells and instructor notes (cells tagged `answer` / `instructor`);
+- the tutorials' answer cells and instructor notes (cells tagged `answer` / `instructor`), read from the
+  tutorials' sources (tutorials/src/), the only place they live: the committed notebooks are the student
+  edition (tests/courseware/test_tutorial_answer_leaks.py searches those and the student build);
 - the hidden tests: their lines, and their test names anywhere but the rubric (rubric.json says, by design,
   which hidden tests grade which item; never what they run or expect);
 - every file under a lab's private/ (the instructor's notebook builder, the source notebook), except the
@@ -29,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from courseware.editions import HIDDEN_FROM_STUDENTS, edition
+from courseware.tutorial_source import build_notebook, source_of
 from courseware.nbgrader_edition import BEGIN_HIDDEN, BEGIN_SOLUTION, END_HIDDEN, END_SOLUTION, student_notebook
 from courseware.release import make_release
 from labkit.labs import ROOT, all_labs, release_labs
@@ -126,7 +129,7 @@ def answers() -> dict[str, set[str]]:
                 if path.is_file() and not (path.parent == source and path.name in data):
                     found["private files"] |= _distinctive(text_lines(path), public)
     for path in sorted((ROOT / "tutorials").glob("Tutorial_*.ipynb")):
-        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        for cell in build_notebook(source_of(path)).cells:
             if set(cell.get("metadata", {}).get("tags", [])) & HIDDEN_FROM_STUDENTS:
                 found["tutorial answers"] |= _distinctive(_cell_source(cell).splitlines(), public)
     return found
