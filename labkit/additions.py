@@ -249,11 +249,31 @@ def _insertion_line(body: list[ast.stmt], anchor: tuple | None) -> int | None:
     return after if after is not None else _first_line(body[0]) - 1 if body else None
 
 
+def _past_trailing_comments(lines: list[str], at: int, indent: int) -> int:
+    """`at` moved past the comments indented deeper than `indent` that follow it (blank lines between allowed).
+
+    The syntax tree ends a function at its last statement, but the comments
+    after it still belong to its body: above all a region's end marker
+    (`# <<< EXERCISE ...`) when the region closes the function. An addition
+    inserted before that marker would land inside the region.
+    """
+    end, probe = at, at
+    while probe < len(lines):
+        stripped = lines[probe].strip()
+        if stripped and not (stripped.startswith("#") and len(lines[probe]) - len(lines[probe].lstrip()) > indent):
+            break
+        probe += 1
+        if stripped:
+            end = probe
+    return end
+
+
 def apply(text: str, additions: list[Addition]) -> str:
     """`text` (a module the regions were spliced into) with the additions inserted where they belong."""
     if not additions:
         return text
     tree = ast.parse(text)
+    lines = text.splitlines(keepends=True)
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     inserts: list[tuple[int, int, str]] = []
     for order, addition in enumerate(additions):
@@ -265,9 +285,10 @@ def apply(text: str, additions: list[Addition]) -> str:
                 raise ValueError(f"{addition.path}: class {addition.owner} is not in the file any more")
             at = _insertion_line(owner.body, addition.anchor)
             indent = " " * owner.body[0].col_offset
+        if at is not None and addition.anchor is not None:
+            at = _past_trailing_comments(lines, at, len(indent))
         block = "".join(indent + line if line.strip() else "\n" for line in addition.text.splitlines(keepends=True))
         inserts.append((at or 0, order, "\n" + block.rstrip("\n") + "\n"))
-    lines = text.splitlines(keepends=True)
     for at, _, block in sorted(inserts, key=lambda item: (-item[0], -item[1])):
         lines.insert(at, block)
     return "".join(lines)

@@ -436,6 +436,28 @@ def test_outside_the_regions_only_code_changes_count(change, edited, added):
     assert [a.name for a in additions] == added
 
 
+def test_an_addition_after_a_body_that_a_region_ends_goes_after_its_end_marker():
+    """The syntax tree ends `Box.size` at its last statement, before the region's end marker; a helper the
+    student wrote after the class (or after the method) must land after the marker, not inside the region,
+    or the spliced file's regions no longer parse (a held-out lab 2 student's `_hold` after BlockManager)."""
+    from labkit.additions import apply, compare
+    from labkit.regions import parse_regions
+    student = PRISTINE_MODULE.replace('raise NotImplementedError("lab9.size")', "return 3")
+    student = student.replace("        # <<< EXERCISE lab9.size\n", "        # <<< EXERCISE lab9.size\n\n"
+                              "    def volume(self):\n        return 27\n")
+    student += "\n\ndef helper():\n    return 1\n"
+    additions, edits = compare(student, PRISTINE_MODULE, "m.py")
+    assert [a.name for a in additions] == ["def Box.volume", "def helper"] and edits == []
+    spliced = apply(PRISTINE_MODULE.replace('raise NotImplementedError("lab9.size")', "return 3"), additions)
+    [region] = parse_regions(spliced, "m.py").regions
+    lines = spliced.splitlines()
+    assert lines[region.body_start - 1:region.end_line - 1] == ["        return 3"], spliced
+    assert lines.index("    def volume(self):") > region.end_line - 1 and lines.index("def helper():") > region.end_line
+    namespace: dict = {}
+    exec(compile(spliced, "m.py", "exec"), namespace)
+    assert namespace["Box"]().volume() == 27 and namespace["helper"]() == 1
+
+
 def test_a_syntax_error_outside_the_regions_raises_with_its_line():
     from labkit.additions import compare
     broken = PRISTINE_MODULE.replace("def area(r):", "def area(r)")
