@@ -1,10 +1,11 @@
-"""The measurement commands, `make-tiny-model`, `trace` and `bench`, defined once for two command lines.
+"""The measurement commands, `make-tiny-model`, `trace`, `bench` (offline, and `bench serve` against a
+server) and `serve`, defined once for two command lines.
 
 The course's `inferlab` (inferlab/cli.py) and a lab 5 student release's
 `inferlab` (courseware/student_cli.py) both offer them: lab 5's experiments
+and its tutorials (Tutorial 08 serves the engine and loads it with `bench serve`)
 run in the release, never in the course repository, with the same options
-and the same output files the handout describes. The course's command adds
-`bench serve` (an online load against a server) on top of the parser made here.
+and the same output files the handout describes.
 """
 from __future__ import annotations
 
@@ -17,6 +18,12 @@ ENGINE_DEFAULT = "default: the engine's own (reference/config.py)"
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 BACKENDS = ("auto", "torch", "triton", "flash-attn")
+SERVER_DEFAULT = "default: the server's own (reference/serving/defaults.py)"
+
+
+def engine_settings(args: argparse.Namespace, names: dict[str, str]) -> dict:
+    """{Config field: value} for the engine flags given on the command line (`names`: flag dest -> field)."""
+    return {field: getattr(args, dest) for dest, field in names.items() if getattr(args, dest, None) not in (None, False)}
 
 
 def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
@@ -34,13 +41,36 @@ def _cmd_trace(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.mode == "serve":
+        from courseware.bench_serve import run_bench_serve_cli
+        return run_bench_serve_cli(args)
     from courseware.bench import run_bench
     run_bench(args)
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from courseware.terminal import make_console
+    from courseware.tiny_model import ensure_tiny_model
+    from reference.serving.api_server import serve
+    model = args.model or str(ensure_tiny_model())
+    engine = engine_settings(args, {
+        "device": "device", "dtype": "dtype", "max_num_seqs": "max_num_seqs",
+        "max_num_batched_tokens": "max_num_batched_tokens", "block_size": "kvcache_block_size",
+        "num_kvcache_blocks": "num_kvcache_blocks", "max_model_len": "max_model_len",
+        "enable_chunked_prefill": "enable_chunked_prefill", "async_scheduling": "async_scheduling",
+        "enforce_eager": "enforce_eager", "lifecycle_log": "lifecycle_log",
+        "tensor_parallel_size": "tensor_parallel_size"})
+    given = {"max_waiting": args.max_waiting_requests, "max_request_bytes": args.max_request_bytes,
+             "drain_timeout": args.drain_timeout}   # 0 is a value here (no drain), so not engine_settings
+    server = {name: value for name, value in given.items() if value is not None}
+    make_console(stderr=True).print(f"serving [bold]{model}[/bold] on http://{args.host}:{args.port}/v1")
+    serve(model, args.host, args.port, args.served_model_name, **server, **engine)
+    return 0
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add the three commands to `sub`; returns the `bench` parser (offline options only)."""
+    """Add the four commands to `sub`; returns the `bench` parser."""
     tiny = sub.add_parser("make-tiny-model", help="write the built-in tiny Qwen3 model to a folder")
     tiny.add_argument("dir")
     tiny.add_argument("--seed", type=int, default=0)
@@ -72,5 +102,56 @@ def add_parsers(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     bench.add_argument("--tensor-parallel-size", type=int, default=None,
                        help="split the model over N GPUs (NCCL), or N processes on the CPU (gloo)")
     bench.add_argument("--out", default=None, help="write the results as JSON here")
+    serve = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (SSE, /metrics)")
+    serve.add_argument("model", nargs="?", default=None, help="Hugging Face model folder (default: the tiny model)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--served-model-name", default=None, help="the `model` clients send (default: folder name)")
+    serve.add_argument("--max-waiting-requests", type=int, default=None,
+                       help=f"past this many requests waiting, answer 503 with Retry-After; {SERVER_DEFAULT}")
+    serve.add_argument("--max-request-bytes", type=int, default=None,
+                       help=f"answer 413 to a request body larger than this many bytes; {SERVER_DEFAULT}")
+    serve.add_argument("--drain-timeout", type=float, default=None,
+                       help=f"on SIGINT/SIGTERM, seconds running requests may go on before they are ended; "
+                            f"{SERVER_DEFAULT}")
+    serve.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--dtype", choices=DTYPES, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-num-seqs", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-num-batched-tokens", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--max-model-len", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--block-size", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--num-kvcache-blocks", type=int, default=None, help=ENGINE_DEFAULT)
+    serve.add_argument("--enable-chunked-prefill", action="store_true")
+    serve.add_argument("--async-scheduling", action="store_true")
+    serve.add_argument("--enforce-eager", action="store_true")
+    serve.add_argument("--tensor-parallel-size", type=int, default=None,
+                       help="split the model over N processes (N GPUs with NCCL; gloo on the CPU); " + ENGINE_DEFAULT)
+    serve.add_argument("--lifecycle-log", default=None, help="write the lifecycle log (JSONL) here")
+    serve.set_defaults(func=_cmd_serve)
+
+    bench.add_argument("mode", nargs="?", choices=["offline", "serve"], default="offline",
+                       help="offline: the engine in this process; serve: an HTTP server at --url")
+    serve_load = bench.add_argument_group("bench serve (an online load against --url)")
+    serve_load.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
+    serve_load.add_argument("--served-model-name", default=None, help="default: the server's first model")
+    serve_load.add_argument("--request-rate", type=float, nargs="+", default=[float("inf")],
+                            help="requests/s (Poisson); several values sweep; inf sends all at once")
+    serve_load.add_argument("--burstiness", type=float, default=1.0,
+                            help="gamma shape of the arrival gaps: 1 is Poisson, <1 burstier, >1 more regular")
+    serve_load.add_argument("--num-prompts", type=int, default=64)
+    serve_load.add_argument("--dataset", choices=["random", "sharegpt"], default="random")
+    serve_load.add_argument("--dataset-path", default=None, help="ShareGPT-format JSON file")
+    serve_load.add_argument("--random-input-len", type=int, default=128)
+    serve_load.add_argument("--random-output-len", type=int, default=64)
+    serve_load.add_argument("--random-range-ratio", type=float, default=0.0,
+                            help="lengths uniform in [len*(1-r), len*(1+r)]")
+    serve_load.add_argument("--goodput", nargs="*", default=[], metavar="KEY:MS",
+                            help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:5000 (milliseconds)")
+    serve_load.add_argument("--max-concurrency", type=int, default=None)
+    serve_load.add_argument("--disconnect", type=int, default=0, metavar="N",
+                            help="also send N requests per rate whose clients leave after their first token")
+    serve_load.add_argument("--compare-tokens", default=None, metavar="REPORT",
+                            help="check every request's token ids against an earlier --out report")
+    serve_load.add_argument("--plot", default=None, help="write a latency/goodput-vs-rate PNG here")
     bench.set_defaults(func=_cmd_bench)
     return bench

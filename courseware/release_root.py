@@ -13,7 +13,7 @@ a release (the folder holding `courseware/manifest.json`, found from the
 working directory upwards) whose own `courseware` is not that release's hands
 the command over to a fresh interpreter with the release's root first on
 `sys.path` (`hand_over`). The course's `inferlab` does the same for the
-commands a release has (`demo`, `check`, `bench`, `trace`), so whichever
+commands a release has (`demo`, `check`, `bench`, `trace`, `serve`), so whichever
 `inferlab` is on PATH, inside a release it runs the release's code. A release's
 notebooks do it in their first cell (courseware/release_tutorials.py), and
 `courseware.engine` refuses to build an engine from two trees at once
@@ -29,8 +29,9 @@ import sys
 from pathlib import Path
 
 MANIFEST = Path("courseware") / "manifest.json"      # labkit.manifest.MANIFEST; not imported, see above
-# The `inferlab` subcommands a release has (courseware/student_cli.py).
-RELEASE_COMMANDS = ("check", "demo", "bench", "trace")
+# The `inferlab` subcommands a release has (courseware/student_cli.py): each runs the release's engine, so the
+# course's `inferlab` hands them over inside a release (`serve` runs only in lab 5's, which has the whole engine).
+RELEASE_COMMANDS = ("check", "demo", "bench", "trace", "serve")
 
 
 def release_root(start: Path | None = None) -> Path | None:

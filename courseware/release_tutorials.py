@@ -93,6 +93,9 @@ if _root is None:
     raise RuntimeError(f"{_here} is not inside a release: open the notebook from its release's tutorials/ folder")
 sys.path.insert(0, str(_root))"""
 BOOTSTRAP_TAG = "release-bootstrap"
+# A cell that runs `inferlab` in a child process (Tutorial 08: `python -m inferlab.cli serve ...`) runs the release's
+# command instead: a release has no `inferlab` package, and the course's would serve the course's engine.
+COURSE_CLI, RELEASE_CLI = '"inferlab.cli"', '"courseware.student_cli"'
 
 
 def release_notebook(path: Path) -> dict:
@@ -107,7 +110,7 @@ def release_notebook(path: Path) -> dict:
     for cell in nb["cells"]:
         if cell.get("cell_type") == "code":
             source = _ENGINE_IMPORT.sub(lambda m: m["lead"] + "courseware.engine", _source(cell))
-            cell["source"] = rewrite_imports(source)
+            cell["source"] = rewrite_imports(source).replace(COURSE_CLI, RELEASE_CLI)
     nb["cells"].insert(0, {"cell_type": "code", "execution_count": None, "id": BOOTSTRAP_TAG,
                            "metadata": {"tags": [BOOTSTRAP_TAG]}, "outputs": [], "source": BOOTSTRAP})
     return nb

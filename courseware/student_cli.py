@@ -1,4 +1,5 @@
-"""The `inferlab` command of a student release: `check`, `demo`, `bench`, `trace`, each on the student's code.
+"""The `inferlab` command of a student release: `check`, `demo`, `bench`, `trace` (and lab 5's `serve`), each on the
+student's code.
 
 Every command builds its engine through `courseware.engine` (the student's
 package, the earlier labs' solutions, the later labs' stand-ins), so the demo's
@@ -75,6 +76,7 @@ def parser() -> argparse.ArgumentParser:
         cmd.add_argument("--workload", choices=["quick", "bench-256"], default=BENCH_WORKLOAD)
         cmd = sub.add_parser("trace", help="per-request and per-step metrics of a lifecycle log (your metrics code)")
         cmd.add_argument("log", nargs="?", default=DEMO_LOG)
+        sub.add_parser("serve", help="not in this release: the HTTP server comes with lab 5's, the whole engine")
     assert set(RELEASE_COMMANDS) <= set(sub.choices)
     return parser
 
@@ -93,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             return demo()
         if args.command == "bench":
             return bench(args.workload)
+        if args.command == "serve":
+            print_error("`inferlab serve` serves the whole engine over HTTP: it comes with lab 5's release, where "
+                        "every lab is written. Here, `inferlab demo` serves a batch through your engine.")
+            return 2
         return trace(args.log)
     except (ValueError, FileNotFoundError) as err:
         print_error(err)

@@ -6,15 +6,9 @@ import sys
 
 from courseware.measure_cli import BACKENDS, DEVICES, DTYPES, ENGINE_DEFAULT  # noqa: F401 (the engine flags' choices)
 from courseware.measure_cli import add_parsers as add_measure_parsers
+from courseware.measure_cli import engine_settings
 from courseware.release_root import RELEASE_COMMANDS, hand_over
 from courseware.terminal import make_console, print_error
-
-SERVER_DEFAULT = "default: the server's own (reference/serving/defaults.py)"
-
-
-def engine_settings(args: argparse.Namespace, names: dict[str, str]) -> dict:
-    """{Config field: value} for the engine flags given on the command line (`names`: flag dest -> field)."""
-    return {field: getattr(args, dest) for dest, field in names.items() if getattr(args, dest, None) not in (None, False)}
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -39,34 +33,6 @@ def _cmd_release(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from courseware.selfcheck import check
     return check(args.lab, args.impl)
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-    if args.mode == "serve":
-        from courseware.bench_serve import run_bench_serve_cli
-        return run_bench_serve_cli(args)
-    from courseware.bench import run_bench
-    run_bench(args)
-    return 0
-
-
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from courseware.tiny_model import ensure_tiny_model
-    from reference.serving.api_server import serve
-    model = args.model or str(ensure_tiny_model())
-    engine = engine_settings(args, {
-        "device": "device", "dtype": "dtype", "max_num_seqs": "max_num_seqs",
-        "max_num_batched_tokens": "max_num_batched_tokens", "block_size": "kvcache_block_size",
-        "num_kvcache_blocks": "num_kvcache_blocks", "max_model_len": "max_model_len",
-        "enable_chunked_prefill": "enable_chunked_prefill", "async_scheduling": "async_scheduling",
-        "enforce_eager": "enforce_eager", "lifecycle_log": "lifecycle_log",
-        "tensor_parallel_size": "tensor_parallel_size"})
-    given = {"max_waiting": args.max_waiting_requests, "max_request_bytes": args.max_request_bytes,
-             "drain_timeout": args.drain_timeout}   # 0 is a value here (no drain), so not engine_settings
-    server = {name: value for name, value in given.items() if value is not None}
-    make_console(stderr=True).print(f"serving [bold]{model}[/bold] on http://{args.host}:{args.port}/v1")
-    serve(model, args.host, args.port, args.served_model_name, **server, **engine)
-    return 0
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -107,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="split the model over N processes (N GPUs on CUDA; gloo on the CPU)")
     demo.set_defaults(func=_cmd_demo)
 
-    bench = add_measure_parsers(sub)      # make-tiny-model, trace, bench (offline): courseware/measure_cli.py
+    add_measure_parsers(sub)      # make-tiny-model, trace, bench (offline and serve), serve: courseware/measure_cli.py
 
     from labkit.labs import exercise_labs, release_labs
     labs = exercise_labs()
@@ -137,58 +103,6 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--no-assignment", action="store_true", help="skip build/experiments/assignment_<term>/")
     build.add_argument("--timeout", type=int, default=600, help="seconds allowed per notebook cell")
     build.set_defaults(func=_cmd_build)
-    serve = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (SSE, /metrics)")
-    serve.add_argument("model", nargs="?", default=None, help="Hugging Face model folder (default: the tiny model)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--served-model-name", default=None, help="the `model` clients send (default: folder name)")
-    serve.add_argument("--max-waiting-requests", type=int, default=None,
-                       help=f"past this many requests waiting, answer 503 with Retry-After; {SERVER_DEFAULT}")
-    serve.add_argument("--max-request-bytes", type=int, default=None,
-                       help=f"answer 413 to a request body larger than this many bytes; {SERVER_DEFAULT}")
-    serve.add_argument("--drain-timeout", type=float, default=None,
-                       help=f"on SIGINT/SIGTERM, seconds running requests may go on before they are ended; "
-                            f"{SERVER_DEFAULT}")
-    serve.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
-    serve.add_argument("--dtype", choices=DTYPES, default=None, help=ENGINE_DEFAULT)
-    serve.add_argument("--max-num-seqs", type=int, default=None, help=ENGINE_DEFAULT)
-    serve.add_argument("--max-num-batched-tokens", type=int, default=None, help=ENGINE_DEFAULT)
-    serve.add_argument("--max-model-len", type=int, default=None, help=ENGINE_DEFAULT)
-    serve.add_argument("--block-size", type=int, default=None, help=ENGINE_DEFAULT)
-    serve.add_argument("--num-kvcache-blocks", type=int, default=None, help=ENGINE_DEFAULT)
-    serve.add_argument("--enable-chunked-prefill", action="store_true")
-    serve.add_argument("--async-scheduling", action="store_true")
-    serve.add_argument("--enforce-eager", action="store_true")
-    serve.add_argument("--tensor-parallel-size", type=int, default=None,
-                       help="split the model over N processes (N GPUs with NCCL; gloo on the CPU); " + ENGINE_DEFAULT)
-    serve.add_argument("--lifecycle-log", default=None, help="write the lifecycle log (JSONL) here")
-    serve.set_defaults(func=_cmd_serve)
-
-    bench.add_argument("mode", nargs="?", choices=["offline", "serve"], default="offline",
-                       help="offline: the engine in this process; serve: an HTTP server at --url")
-    serve_load = bench.add_argument_group("bench serve (an online load against --url)")
-    serve_load.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
-    serve_load.add_argument("--served-model-name", default=None, help="default: the server's first model")
-    serve_load.add_argument("--request-rate", type=float, nargs="+", default=[float("inf")],
-                            help="requests/s (Poisson); several values sweep; inf sends all at once")
-    serve_load.add_argument("--burstiness", type=float, default=1.0,
-                            help="gamma shape of the arrival gaps: 1 is Poisson, <1 burstier, >1 more regular")
-    serve_load.add_argument("--num-prompts", type=int, default=64)
-    serve_load.add_argument("--dataset", choices=["random", "sharegpt"], default="random")
-    serve_load.add_argument("--dataset-path", default=None, help="ShareGPT-format JSON file")
-    serve_load.add_argument("--random-input-len", type=int, default=128)
-    serve_load.add_argument("--random-output-len", type=int, default=64)
-    serve_load.add_argument("--random-range-ratio", type=float, default=0.0,
-                            help="lengths uniform in [len*(1-r), len*(1+r)]")
-    serve_load.add_argument("--goodput", nargs="*", default=[], metavar="KEY:MS",
-                            help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:5000 (milliseconds)")
-    serve_load.add_argument("--max-concurrency", type=int, default=None)
-    serve_load.add_argument("--disconnect", type=int, default=0, metavar="N",
-                            help="also send N requests per rate whose clients leave after their first token")
-    serve_load.add_argument("--compare-tokens", default=None, metavar="REPORT",
-                            help="check every request's token ids against an earlier --out report")
-    serve_load.add_argument("--plot", default=None, help="write a latency/goodput-vs-rate PNG here")
-    bench.set_defaults(func=_cmd_bench)
 
     from grading.cli import add_parsers as add_grading_parsers   # `inferlab golden ...`, `inferlab grade ...`
     add_grading_parsers(sub)
