@@ -32,13 +32,15 @@ from courseware.later_labs import engine_section
 from courseware.nbgrader_edition import release_assignment
 from courseware.release_code import TORCH_VERSION, TRITON_LABS, release_code, write_files
 from courseware.release_refs import docs_closure, not_shipped_docs, release_texts
+from courseware.release_slides import SLIDES, copy_slides
 from courseware.release_tutorials import copy_tutorials
 
 NOTEBOOK_DIR = "notebook"      # in a release's lab folder: the student copy of the lab's nbgrader assignment
 
 
-def _extras(handout: Path | None, tutorials: list[str], left_out: dict[str, str]) -> list[str]:
-    """The README's list of what else the release holds: the handout and the tutorials."""
+def _extras(handout: Path | None, tutorials: list[str], left_out: dict[str, str],
+            slides: list[str] = ()) -> list[str]:
+    """The README's list of what else the release holds: the handout, the tutorials and the slide scripts."""
     extras = []
     if handout is not None:
         extras.append(f"- The handout: `{handout.as_posix()}`.")
@@ -46,15 +48,21 @@ def _extras(handout: Path | None, tutorials: list[str], left_out: dict[str, str]
         extras.append("- `tutorials/`: the course tutorials of this lab and the earlier ones, student edition, "
                       "running on this release's engine (their `reference` imports point at "
                       f"`{PACKAGE}`): " + ", ".join(f"`tutorials/{name}`" for name in tutorials) + ". Run them "
-                      f"with `jupyter lab tutorials/` once your regions are written (`pip install jupyterlab`).")
+                      f"with `jupyter lab tutorials/` once your regions are written (`pip install -e '.[notebooks]'` installs "
+                      "Jupyter and what the tutorials import).")
     if left_out:
         extras.append("- Tutorials not in this release, and why:\n" + "\n".join(
             f"  - `{name}`: {why}." for name, why in left_out.items()))
+    if slides:
+        extras.append(f"- `{SLIDES}/`: the lecture slides' code listings, running on this release's engine "
+                      f"(`python -m {SLIDES}.NAME` from this folder, after `pip install -e '.[notebooks]'`; its README "
+                      "lists them): "
+                      + ", ".join(f"`{name}`" for name in slides) + ".")
     return extras
 
 
 def report_readme(lab: str, tree: ReferenceTree, handout: Path | None, tutorials: list[str],
-                  left_out: dict[str, str]) -> str:
+                  left_out: dict[str, str], slides: list[str] = ()) -> str:
     """The README of a release for a lab without exercise regions: experiments on the whole engine, a report."""
     folder = lab_folder(lab, tree.root).relative_to(tree.root).as_posix()
     notebook = (f"- `{folder}/{NOTEBOOK_DIR}/`: the analysis notebook and the data it reads.\n"
@@ -69,10 +77,11 @@ folder: the handout's commands run from its root.
 ## Set up
 
 ```bash
-python3 -m venv .venv && . .venv/bin/activate && pip install torch=={TORCH_VERSION} && pip install -e .
+python3 -m venv .venv && . .venv/bin/activate && pip install torch=={TORCH_VERSION} && pip install -e ".[notebooks]"
 ```
 
-(Any `torch>=2.4` works; installing the CPU wheel first keeps pip from pulling a large CUDA build.)
+(Any `torch>=2.4` works; installing the CPU wheel first keeps pip from pulling a large CUDA build. The
+`notebooks` extra brings Jupyter and matplotlib, which the analysis notebook and the tutorials use.)
 
 ```bash
 inferlab demo
@@ -83,20 +92,20 @@ serves a small batch through the engine on the built-in tiny model.
 ## What is here
 
 - `{folder}/`: the handout, the report template, the rubric and the experiment scripts.
-{notebook}{chr(10).join(_extras(handout, tutorials, left_out))}
+{notebook}{chr(10).join(_extras(handout, tutorials, left_out, slides))}
 """
 
 
 def readme(lab: str, tree: ReferenceTree, handout: Path | None, tutorials: list[str],
-           left_out: dict[str, str]) -> str:
+           left_out: dict[str, str], slides: list[str] = ()) -> str:
     if not any(r.lab == lab for r in tree.regions):
-        return report_readme(lab, tree, handout, tutorials, left_out)
+        return report_readme(lab, tree, handout, tutorials, left_out, slides)
     earlier = earlier_labs(lab, tree.root)
     rows = "".join(f"| `{r.region_id}` | `{r.path.replace('reference/', PACKAGE + '/', 1)}` | {r.task} |\n"
                    for r in tree.regions if r.lab == lab)
     filled = (f"The regions of {', '.join(earlier)} are already filled in with working solutions, so the "
               "engine around your part works.") if earlier else "This is the first lab: nothing is filled in yet."
-    extras = _extras(handout, tutorials, left_out)
+    extras = _extras(handout, tutorials, left_out, slides)
     return f"""# InferLab {lab}: student release
 
 You write the bodies of the `{lab}` exercise regions in `{PACKAGE}/`. Each region looks like this:
@@ -225,7 +234,8 @@ def make_release(lab: str, out: str | Path, root: Path = ROOT) -> Path:
     write_files(release_code(lab, tree, root), out)     # the engine, its tests, the tools, pyproject.toml
     handout = _copy_handout(root, lab, out)
     tutorials = copy_tutorials(root, out, lab) if (root / "tutorials").is_dir() else ([], {})
-    (out / "README.md").write_text(readme(lab, tree, handout, *tutorials), encoding="utf-8")
+    slides, _ = copy_slides(root, out, lab) if (root / SLIDES).is_dir() else ([], {})
+    (out / "README.md").write_text(readme(lab, tree, handout, *tutorials, slides), encoding="utf-8")
     copy_docs(root, out)
     (out / ".gitignore").write_text("__pycache__/\n*.egg-info/\n.venv/\n.pytest_cache/\nbuild/\n", encoding="utf-8")
     Manifest.of_folder(lab, tuple(later_labs(lab, root)), out).write(out)

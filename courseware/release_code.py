@@ -39,9 +39,9 @@ from courseware.standins import standin_modules
 TOOL_MODULES = ("__init__.py", "engine.py", "release_root.py", "student_cli.py", "selfcheck.py", "demo.py",
                 "bench.py", "trace.py", "terminal.py", "tiny_model.py", "oracle.py", "standins/__init__.py")
 # A lab without exercises measures the whole engine (lab 5): its release also ships the measurement commands
-# (`inferlab bench` with every option, `make-tiny-model`) and the lab 5 results files' definitions its scripts
-# write with.
-MEASUREMENT_MODULES = ("measure_cli.py", "lab5_results.py")
+# (`inferlab bench` with every option, `bench serve` and `serve`, which Tutorial 08 runs; `make-tiny-model`)
+# and the lab 5 results files' definitions its scripts write with.
+MEASUREMENT_MODULES = ("measure_cli.py", "bench_serve.py", "lab5_results.py")
 # The torch every install starts from, pinned (docs/design.md §5; README and .ci/run say the same, checked by
 # tests/test_cli.py): an unpinned torch pulls GBs of CUDA wheels. The Gradescope bundle installs it too.
 TORCH_VERSION = "2.13.0"
@@ -80,13 +80,22 @@ def dependencies(root: Path, extra: str | None = None) -> list[str]:
         return [marker.sub("", r).rstrip(" ;") for r in requires if f'extra == "{extra}"' in r]
 
 
+# What the tutorials and slide scripts a release ships import beyond the engine (matplotlib; Tutorial 08's OpenAI
+# client), and the Jupyter a student runs the tutorials in: the release's `notebooks` extra. Not in the course's
+# own `notebooks` extra, which also holds the tools that build the course's notebooks.
+NOTEBOOK_EXTRA = ("jupyterlab", "ipykernel", "matplotlib>=3.8", "openai>=1.30")
+
+
 def pyproject(lab: str, dependencies: list[str], kernels: list[str] = ()) -> str:
-    """The release's pyproject.toml: the engine's requirements, and Triton (`kernels`) as lab 4 needs it."""
+    """The release's pyproject.toml: the engine's requirements, Triton (`kernels`) as lab 4 needs it, and the
+    `notebooks` extra for the tutorials and slide scripts."""
     required = [*dependencies, "pytest>=8", *(kernels if lab in TRITON_LABS else [])]
     deps = "".join(f'    "{d}",\n' for d in required)
-    extras = "" if lab in TRITON_LABS or not kernels else (
-        "\n[project.optional-dependencies]\n# Triton runs the GPU kernels (lab 4); this lab's code never imports it "
-        "on a CPU.\nkernels = [" + ", ".join(f'"{d}"' for d in kernels) + "]\n")
+    extras = ("\n[project.optional-dependencies]\n# The tutorials and slide scripts: `pip install -e '.[notebooks]'`."
+              "\nnotebooks = [" + ", ".join(f'"{d}"' for d in NOTEBOOK_EXTRA) + "]\n")
+    if lab not in TRITON_LABS and kernels:
+        extras += ("# Triton runs the GPU kernels (lab 4); this lab's code never imports it on a CPU.\n"
+                   "kernels = [" + ", ".join(f'"{d}"' for d in kernels) + "]\n")
     return f'''[build-system]
 requires = ["setuptools>=61"]
 build-backend = "setuptools.build_meta"

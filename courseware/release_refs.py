@@ -9,7 +9,8 @@ must point at something in it. The kinds of reference, and what resolves each:
   every doc its files cite, and every doc those cite, so this always holds;
   except the staff's docs (`STAFF_DOCS`: the grader's inside, which names hidden
   tests), which the README lists as not shipped, with why.
-- a path under `assignments/` or `tutorials/`: the file is in the release.
+- a path under `assignments/`, `tutorials/` or `slides_code/`, or a module run
+  with `python -m` (`python -m slides_code.call_chain`): the file is in the release.
 - a tutorial, `T05`, `Tutorial 05` (optionally `§N` or `第 N 节`): the notebook is
   shipped (and has a `## N.` heading); or, outside the lab's handout, the
   release README says why it is not shipped (a later lab's tutorial, which a
@@ -35,7 +36,9 @@ from pathlib import Path
 from labkit.manifest import MANIFEST, PRISTINE
 
 DOC = re.compile(r"(?<![\w/.-])docs/(?P<name>[A-Za-z0-9_-]+\.md)(?:\s*§\s*(?P<section>\d+))?")
-PATH = re.compile(r"(?<![\w/.-])(?P<path>(?:assignments|tutorials)/[\w./-]*[\w-]\.(?:md|json|ipynb|py))")
+PATH = re.compile(r"(?<![\w/.-])(?P<path>(?:assignments|tutorials|slides_code)/[\w./-]*[\w-]\.(?:md|json|ipynb|py))")
+# A module run by name: `python -m slides_code.call_chain` (a slide script), `python -m courseware.student_cli`.
+MODULE = re.compile(r"\bpython3? -m (?P<module>(?:slides_code|courseware|student_exercises|labkit)(?:\.\w+)+)")
 TUTORIAL = re.compile(r"(?<![\w-])(?:T|Tutorial[ _])(?P<number>\d\d)(?![\w-])(?:\*\*)?"
                       r"(?:\s*(?:§\s*(?P<section>\d+)|的?\s*第\s*(?P<section_zh>\d+)\s*节))?")
 EDGE_CASES = re.compile(r"\b[Ee]dge cases? (?P<numbers>\d+(?:(?:,\s*|\s+and\s+|\s*、\s*)\d+)*)")
@@ -121,6 +124,11 @@ def _explained_tutorials(release: Path) -> set[str]:
     return {m[1] for m in re.finditer(r"^\s*- `Tutorial_(\d\d)_[\w]+\.ipynb`: \S", text, re.M)}
 
 
+def _placeholder(name: str) -> bool:
+    """`slides_code/X.py`, `python -m slides_code.NAME`: a name to fill in, not a file."""
+    return name.isupper()
+
+
 def references(release: Path) -> list[Reference]:
     """Every reference the release's files make, each with why it does not resolve ('' when it does)."""
     shipped = {p.name.split("_")[1]: p for p in (release / "tutorials").glob("Tutorial_*.ipynb")}
@@ -139,8 +147,17 @@ def references(release: Path) -> list[Reference]:
                     problem = f"docs/{m['name']} has no section {m['section']}"
                 found.append(Reference(rel, number, m[0], problem))
             for m in PATH.finditer(line) if not rel.startswith("docs/") else ():
+                if _placeholder(Path(m["path"]).stem):
+                    continue
                 found.append(Reference(rel, number, m[0], "" if (release / m["path"]).exists()
                                        else f"{m['path']} is not in the release"))
+            for m in MODULE.finditer(line) if not rel.startswith("docs/") else ():
+                if _placeholder(m["module"].rsplit(".", 1)[-1]):
+                    continue
+                module = Path(*m["module"].split("."))
+                shipped_module = (release / module.with_suffix(".py")).is_file() or (release / module).is_dir()
+                found.append(Reference(rel, number, m[0], "" if shipped_module
+                                       else f"module {m['module']} is not in the release"))
             for m in TUTORIAL.finditer(line):
                 section = m["section"] or m["section_zh"]
                 problem = ""

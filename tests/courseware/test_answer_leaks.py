@@ -84,11 +84,12 @@ def _region_lines(source: str, begin: str, end: str) -> list[str]:
 
 @lru_cache(maxsize=1)
 def public_lines() -> frozenset[str]:
-    """Every line students are meant to have: engine, tools, public tests, handouts, student cells, docs."""
+    """Every line students are meant to have: engine, tools, public tests, handouts, student cells, docs, and the
+    slide scripts (the lectures show them; releases ship them)."""
     lines: set[str] = set()
     globs = ["reference/**/*.py", "student_exercises/**/*.py", "courseware/**/*.py", "labkit/**/*.py",
              "assignments/shared/public/*.py", "assignments/*/public/*.py", "assignments/*/*.md",
-             "assignments/*/*.py", "assignments/*/rubric.json", "docs/*.md"]
+             "assignments/*/*.py", "assignments/*/rubric.json", "docs/*.md", "slides_code/*.py"]
     for pattern in globs:
         for path in ROOT.glob(pattern):
             lines.update(line.strip() for line in text_lines(path))
