@@ -33,7 +33,6 @@
 # 练习一的五个角色让学生先在代码里找，再运行答案格子看调用次数。
 
 # %%
-import inspect
 import json
 import logging
 import os
@@ -90,7 +89,8 @@ print(f"control plane : {len(bm.blocks)} Block objects (ids, ref counts, hashes)
 # 跑一个请求、生成 2 个 token（1 次 prefill + 1 次 decode）。
 
 # %%
-REF_DIR = os.path.dirname(inspect.getfile(LLM))   # the engine package: reference/ (student_exercises/ in a release)
+# The engine package: reference/ (student_exercises/ in a release, where LLM itself comes from courseware.engine).
+REF_DIR = os.path.dirname(sys.modules[SamplingParams.__module__.split(".")[0]].__file__)
 
 
 def trace_calls(fn):
