@@ -291,11 +291,23 @@ def test_declared_coverage_matches_what_tests_execute(lab_runs):
 
 @pytest.fixture(scope="module")
 def grades(tmp_path_factory) -> dict[str, dict]:
-    """Every bug-zoo mutant and held-out student graded as a TA grades them: `grade_run`, hidden tests, golden."""
+    """Every bug-zoo mutant and held-out student graded as a TA grades them: `grade_run`, hidden tests, golden.
+
+    Throughput items are left out of the rubric the run reads (a third of the lab 3 run's item time): the
+    public part never counts them, so leaving them out only lowers the grade it is compared with, and the
+    comparison gets stricter, never looser.
+    """
+    import dataclasses
+
     from rich.console import Console
 
+    import grading.grade_run
     from grading.grade_run import RunOptions, grade_run
     from grading.sample_submissions import write_submission
+
+    def without_throughput(lab: str):
+        rubric = load_rubric(lab)
+        return dataclasses.replace(rubric, items=tuple(i for i in rubric.items if i.kind != "throughput"))
     work = tmp_path_factory.mktemp("grades")
     tree = load_reference()
     results: dict[str, dict] = {}
@@ -309,8 +321,11 @@ def grades(tmp_path_factory) -> dict[str, dict]:
             if student.lab == lab:
                 ids[f"heldout_{student.name}"] = student.student_id
                 write_package(student.package(tree), submitted / f"heldout_{student.name}" / lab / PACKAGE)
-        run = grade_run(RunOptions(lab, submitted, work / lab / "results", jobs=max(1, os.cpu_count() or 1),
-                                   force=True), Console(file=io.StringIO()), show_progress=False)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(grading.grade_run, "load_rubric", without_throughput)
+            run = grade_run(RunOptions(lab, submitted, work / lab / "results", jobs=max(1, os.cpu_count() or 1),
+                                       force=True), Console(file=io.StringIO()), show_progress=False)
+        assert all(i["kind"] != "throughput" for r in run.results.values() for i in r["items"])
         results |= {ids[sid]: result for sid, result in run.results.items()}
     return results
 
