@@ -238,6 +238,26 @@ def test_bug_zoo_mutant_is_caught(lab_runs, mutant_id):
                     f"pytest said:\n{run.output[-2000:]}")
 
 
+# Issue 33's held-out mutants that once passed the whole public suite, and the public test of the handout's rule
+# that each breaks (written for them): each must fail that test, not only some test.
+ISSUE_33_MUTANTS = {
+    "lab1/prompt_len_from_first_scheduled": "test_prompt_len_comes_from_arrived_even_after_a_prefix_hit",
+    "lab1/tpot_ends_at_last_token": "test_tpot_of_a_request_aborted_after_two_tokens",
+    "lab3/refused_request_marked_running": "test_a_request_waiting_for_blocks_is_still_waiting",
+}
+
+
+@pytest.mark.parametrize("mutant_id", sorted(ISSUE_33_MUTANTS))
+def test_issue_33s_mutants_fail_the_public_test_of_their_rule(lab_runs, mutant_id):
+    assert any(m.mutant_id == mutant_id for m in MUTANTS), f"the bug zoo lost {mutant_id}"
+    name = ISSUE_33_MUTANTS[mutant_id]
+    for key, outcome in ((f"mutant:{mutant_id}", "failed"), ("reference", "passed")):
+        run = usable(lab_runs, key)
+        matching = [nodeid for nodeid in run.tests if nodeid.split("::")[-1].split("[")[0] == name]
+        assert matching, f"no public test {name} in the {key} run"
+        assert all(run.tests[n]["outcome"] == outcome for n in matching), f"{key}:\n{describe(run, matching)}"
+
+
 def test_the_self_check_runs_the_graders_code(lab_runs):
     """The self-check reads a student's tree as the grader does: for every mutant and held-out student, the copy `inferlab check`
     runs the public suite on holds the grader's code, module by module (later labs' regions aside: stand-ins
