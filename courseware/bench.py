@@ -327,8 +327,6 @@ def environment(device: str) -> dict:
 def run_bench(args, console: Console | None = None) -> dict:
     console = console or make_console()
     tensor_parallel_size = getattr(args, "tensor_parallel_size", None) or 1
-    if tensor_parallel_size > 1 and args.scheduling != "sync":
-        raise SystemExit("--tensor-parallel-size > 1 needs --scheduling sync (async scheduling is single-GPU only)")
     device = args.device if args.device not in (None, "auto") else ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.dtype]
     if args.model:

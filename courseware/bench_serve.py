@@ -12,6 +12,13 @@ side, with the definitions vLLM's benchmark uses:
 - request and output throughput: completed requests and output tokens over the run's wall time;
 - goodput: completed requests meeting every SLO given (`--goodput ttft:500 tpot:50 e2el:5000`, ms),
   over the wall time.
+
+For robustness runs, `--disconnect N` adds N clients per rate that go away
+after their first token (their requests must be aborted), and after each rate
+the server's /metrics are read once it is idle: nothing may still run or hold
+KV blocks. Every request records its token ids; `--compare-tokens FILE` checks
+them against an earlier report of the same requests (greedy requests must get
+the same tokens whatever else the server was doing).
 """
 from __future__ import annotations
 
@@ -19,16 +26,18 @@ import asyncio
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import httpx
 import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
 
 from reference.metrics import distribution
 
 RANDOM_TOKEN_RANGE = 1000   # random prompts use ids below this: valid for any vocabulary the engine serves
 SLO_KEYS = ("ttft", "tpot", "e2el")
+LEAVER_OUTPUT_FACTOR = 8
 
 
 @dataclass
@@ -47,6 +56,7 @@ class RequestResult:
     itls: list[float] = field(default_factory=list)
     e2el: float | None = None
     error: str | None = None
+    token_ids: list[int] = field(default_factory=list)
 
     @property
     def tpot(self) -> float:
@@ -90,7 +100,9 @@ def sharegpt_requests(path: str, n: int, seed: int) -> list[BenchRequest]:
 
 # -- one request ------------------------------------------------------------------------
 
-async def send(client: httpx.AsyncClient, url: str, model: str, req: BenchRequest) -> RequestResult:
+async def send(client: httpx.AsyncClient, url: str, model: str, req: BenchRequest,
+               leave_after_first_token: bool = False) -> RequestResult:
+    """One streamed request, timed; `leave_after_first_token` closes the connection once a token came."""
     body = {"model": model, "prompt": req.prompt, "max_tokens": req.output_len, "temperature": 0.0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
     result = RequestResult(success=False, prompt_len=req.prompt_len)
@@ -119,6 +131,9 @@ async def send(client: httpx.AsyncClient, url: str, model: str, req: BenchReques
                     result.itls.append(now - last)
                 last = now
                 result.output_tokens += len(chunk["choices"][0]["token_ids"])
+                result.token_ids += chunk["choices"][0]["token_ids"]
+                if leave_after_first_token:
+                    break
         result.e2el = last - start
         result.success = result.output_tokens > 0
     except httpx.HTTPError as err:
@@ -137,22 +152,60 @@ def arrival_gaps(n: int, rate: float, burstiness: float, seed: int) -> list[floa
 
 
 async def run_rate(url: str, model: str, requests: list[BenchRequest], rate: float, burstiness: float,
-                   seed: int, max_concurrency: int | None) -> tuple[list[RequestResult], float]:
-    limit = asyncio.Semaphore(max_concurrency or len(requests))
+                   seed: int, max_concurrency: int | None, disconnect: int = 0
+                   ) -> tuple[list[RequestResult], list[RequestResult], float]:
+    """The requests at `rate`, plus `disconnect` clients that leave after their first token; returns
+    (results, leavers' results, seconds). A leaver sends a copy of one of the requests, with arrivals spread
+    among the others, asking for LEAVER_OUTPUT_FACTOR times its output: only an abort ends it early."""
+    total = len(requests) + disconnect
+    limit = asyncio.Semaphore(max_concurrency or total)
     timeout = httpx.Timeout(None, connect=30.0)
+    leaving = {int(k * total / disconnect) for k in range(disconnect)}
+    staying = iter(requests)
+    copies = iter([replace(r, output_len=r.output_len * LEAVER_OUTPUT_FACTOR)
+                   for r in requests * (disconnect // len(requests) + 1)])
+    order = [(next(copies), True) if i in leaving else (next(staying), False) for i in range(total)]
 
-    async def limited(client, req):
+    async def limited(client, req, leave):
         async with limit:
-            return await send(client, url, model, req)
+            return await send(client, url, model, req, leave_after_first_token=leave)
 
     async with httpx.AsyncClient(timeout=timeout, limits=httpx.Limits(max_connections=None)) as client:
         tasks = []
         start = time.perf_counter()
-        for req, gap in zip(requests, arrival_gaps(len(requests), rate, burstiness, seed)):
+        for (req, leave), gap in zip(order, arrival_gaps(len(order), rate, burstiness, seed)):
             await asyncio.sleep(gap)
-            tasks.append(asyncio.create_task(limited(client, req)))
-        results = await asyncio.gather(*tasks)
-        return results, time.perf_counter() - start
+            tasks.append((asyncio.create_task(limited(client, req, leave)), leave))
+        results = [(await task, leave) for task, leave in tasks]
+        duration = time.perf_counter() - start
+    return [r for r, leave in results if not leave], [r for r, leave in results if leave], duration
+
+
+async def server_metrics(client: httpx.AsyncClient, url: str) -> dict[str, float]:
+    """The server's /metrics samples this report uses, summed over labels (vLLM's names or ours)."""
+    values: dict[str, float] = {}
+    text = (await client.get(f"{url}/metrics")).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name.split(":", 1)[-1]
+            if name == "request_success_total":
+                name = f"finished_{sample.labels.get('finished_reason')}"
+            values[name] = values.get(name, 0.0) + sample.value
+    return values
+
+
+async def idle_server(url: str, before: dict[str, float], timeout_s: float = 30.0) -> dict:
+    """Once nothing runs or waits: what the server still holds, and how many requests it aborted since `before`."""
+    async with httpx.AsyncClient() as client:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            now = await server_metrics(client, url)
+            idle = not now.get("num_requests_running") and not now.get("num_requests_waiting")
+            if idle or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+    return {"idle": idle, "kv_cache_usage_perc": now.get("kv_cache_usage_perc"),
+            "aborted": now.get("finished_abort", 0.0) - before.get("finished_abort", 0.0)}
 
 
 def parse_slos(items: list[str]) -> dict[str, float]:
@@ -166,7 +219,8 @@ def parse_slos(items: list[str]) -> dict[str, float]:
     return slos
 
 
-def summarize_rate(rate: float, results: list[RequestResult], duration: float, slos: dict[str, float]) -> dict:
+def summarize_rate(rate: float, results: list[RequestResult], duration: float, slos: dict[str, float],
+                   leavers: list[RequestResult] = (), server_after: dict | None = None) -> dict:
     done = [r for r in results if r.success]
 
     def stats(values) -> dict:
@@ -181,20 +235,39 @@ def summarize_rate(rate: float, results: list[RequestResult], duration: float, s
             "goodput": len(good) / duration if slos else None, "slos_s": slos,
             "ttft_s": stats(r.ttft for r in done), "tpot_s": stats(r.tpot for r in done),
             "itl_s": stats(x for r in done for x in r.itls), "e2el_s": stats(r.e2el for r in done),
+            "disconnected": len(leavers), "server_after": server_after,
             "requests": [asdict(r) for r in results]}
 
 
 async def sweep(url: str, model: str | None, requests: list[BenchRequest], rates: list[float], burstiness: float,
-                slos: dict[str, float], seed: int = 0, max_concurrency: int | None = None) -> dict:
+                slos: dict[str, float], seed: int = 0, max_concurrency: int | None = None,
+                disconnect: int = 0) -> dict:
     """Run the same requests at each rate in turn; returns the JSON-ready report."""
     if model is None:
         async with httpx.AsyncClient() as client:
             model = (await client.get(f"{url}/v1/models")).json()["data"][0]["id"]
     runs = []
     for rate in rates:
-        results, duration = await run_rate(url, model, requests, rate, burstiness, seed, max_concurrency)
-        runs.append(summarize_rate(rate, results, duration, slos))
+        async with httpx.AsyncClient() as client:
+            before = await server_metrics(client, url)
+        results, leavers, duration = await run_rate(url, model, requests, rate, burstiness, seed, max_concurrency,
+                                                    disconnect)
+        after = await idle_server(url, before)
+        runs.append(summarize_rate(rate, results, duration, slos, leavers, after))
     return {"url": url, "model": model, "num_prompts": len(requests), "burstiness": burstiness, "runs": runs}
+
+
+def compare_tokens(report: dict, earlier: dict) -> tuple[int, int]:
+    """(equal, compared): completed requests of each run whose token ids equal the same request's in
+    `earlier`'s first run (the same dataset and seed make the same requests, in the same order)."""
+    reference = [r["token_ids"] if r["success"] else None for r in earlier["runs"][0]["requests"]]
+    equal = compared = 0
+    for run in report["runs"]:
+        for got, expected in zip(run["requests"], reference):
+            if got["success"] and expected is not None:
+                compared += 1
+                equal += got["token_ids"] == expected
+    return equal, compared
 
 
 def plot(report: dict, path: str) -> None:
@@ -234,22 +307,33 @@ def run_bench_serve_cli(args) -> int:
         requests = random_requests(args.num_prompts, args.random_input_len, args.random_output_len,
                                    args.random_range_ratio, args.seed)
     report = asyncio.run(sweep(args.url.rstrip("/"), args.served_model_name, requests, args.request_rate,
-                               args.burstiness, parse_slos(args.goodput), args.seed, args.max_concurrency))
+                               args.burstiness, parse_slos(args.goodput), args.seed, args.max_concurrency,
+                               args.disconnect))
     table = Table(title=f"bench serve: {report['model']} at {report['url']}")
     for col in ("rate", "done", "req/s", "out tok/s", "goodput", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
-                "E2EL p50/p99 s"):
+                "E2EL p50/p99 s", "left/aborted", "KV after"):
         table.add_column(col, justify="right")
     for r in report["runs"]:
+        after = r["server_after"]
         ms = lambda d: "-" if d["median"] is None else f"{d['median'] * 1e3:.0f}/{d['p99'] * 1e3:.0f}"  # noqa: E731
         table.add_row(f"{r['request_rate']:g}", f"{r['completed']}/{r['completed'] + r['failed']}",
                       f"{r['request_throughput']:.2f}", f"{r['output_throughput']:.0f}",
                       "-" if r["goodput"] is None else f"{r['goodput']:.2f}", ms(r["ttft_s"]), ms(r["tpot_s"]),
-                      "-" if r["e2el_s"]["median"] is None else f"{r['e2el_s']['median']:.2f}/{r['e2el_s']['p99']:.2f}")
+                      "-" if r["e2el_s"]["median"] is None else f"{r['e2el_s']['median']:.2f}/{r['e2el_s']['p99']:.2f}",
+                      f"{r['disconnected']}/{after['aborted']:.0f}",
+                      "not idle" if not after["idle"] else f"{after['kv_cache_usage_perc']:.3f}")
     from courseware.terminal import make_console
-    make_console().print(table)
+    console = make_console()
+    console.print(table)
+    tokens_ok = True
+    if args.compare_tokens:
+        equal, compared = compare_tokens(report, json.loads(Path(args.compare_tokens).read_text()))
+        tokens_ok = equal == compared
+        console.print(f"token ids equal to {args.compare_tokens}'s: {equal}/{compared} requests")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=2))
     if args.plot:
         plot(report, args.plot)
-    return 0 if all(r["failed"] == 0 for r in report["runs"]) else 1
+    clean = all(r["server_after"]["idle"] and r["server_after"]["kv_cache_usage_perc"] == 0 for r in report["runs"])
+    return 0 if tokens_ok and clean and all(r["failed"] == 0 for r in report["runs"]) else 1

@@ -7,10 +7,14 @@ converted (nbconvert, courseware/templates/inferlab: the lab page without its
 CDN scripts). A notebook that fails is still rendered, with its error, and the
 command exits non-zero.
 
-Each executed notebook is cut into two editions (courseware/editions.py) and
-each edition printed to PDF by headless Chromium (courseware/pdf.py). The PDF
+What is executed is the instructor's notebook, built from the tutorial's
+source (tutorials/src/, courseware/tutorial_source.py): the committed
+`.ipynb` files are the student edition and hold no answers. The executed
+notebook is cut into two editions (courseware/editions.py), so the
+instructor's numbers and the students' pages come from one run, and each
+edition is printed to PDF by headless Chromium (courseware/pdf.py). The PDF
 names are the ones the lectures cite, `Tutorial_NN_<title>.pdf`, the title
-coming from the notebook's metadata (tutorials/_make_notebooks.py).
+coming from the source's `# title:` line.
 
 Lab handouts (`assignments/*/README.md`) are plain Markdown; they become
 standalone HTML pages through mistune, the Markdown parser nbconvert already
@@ -26,6 +30,7 @@ Layout written under OUT (default `build/`, git-ignored):
 """
 from __future__ import annotations
 
+import copy
 import html
 import json
 import os
@@ -43,6 +48,9 @@ MISSING_PACKAGES_HINT = "inferlab build needs the notebook packages: pip install
 DEFAULT_TIMEOUT = 600
 DEFAULT_TERM = "spring-2026"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+# Figures are SVG: printed at the size the figure sets (a PNG was stretched to the column width, and a
+# 13-inch figure's 8 pt labels printed at 4 pt), their labels text (courseware/templates/matplotlibrc).
+FIGURE_FORMAT = "svg"
 EDITION_DIRS = {"student": Path("tutorials"), "instructor": Path("instructor") / "tutorials"}
 
 
@@ -107,23 +115,31 @@ def _kernel_env() -> dict[str, str]:
     env.pop("MPLBACKEND", None)
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env["MATPLOTLIBRC"] = str(TEMPLATES / "matplotlibrc")     # figures as SVG with text, for print
     return env
 
 
-def execute_notebook(path: Path, timeout: int = DEFAULT_TIMEOUT):
-    """Run a notebook top to bottom in a fresh kernel started with this interpreter.
+def execute_notebook(notebook, folder: Path | None = None, timeout: int = DEFAULT_TIMEOUT):
+    """Run a notebook (a path, or a notebook node run in place) top to bottom in a fresh kernel
+    started with this interpreter.
 
     Returns (notebook with outputs, seconds, error text or None). The kernel
-    runs in the notebook's own folder, as it would in Jupyter.
+    runs in `folder`, by default the notebook file's own folder, as it would in Jupyter.
     """
-    nbformat = _require("nbformat")
     nbclient = _require("nbclient")
     manager_module = _require("jupyter_client.manager")
-    nb = nbformat.read(path, as_version=4)
+    if isinstance(notebook, (str, os.PathLike)):
+        path = Path(notebook)
+        nb, folder = _require("nbformat").read(path, as_version=4), folder or path.parent
+    else:
+        nb = notebook
+        if folder is None:
+            raise ValueError("execute_notebook: a notebook node needs the folder to run in")
     km = manager_module.KernelManager(kernel_name="python3")
     # Pin the kernel to this interpreter: a user-level "python3" kernelspec may
     # point at another Python that does not have inferlab installed.
-    km.kernel_spec.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    km.kernel_spec.argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                           f"--InlineBackend.figure_formats={FIGURE_FORMAT}"]
     socket_dir = None
     if os.name == "posix":
         # Local sockets instead of TCP ports (no ports to collide, no plain-text TCP warning).
@@ -132,7 +148,7 @@ def execute_notebook(path: Path, timeout: int = DEFAULT_TIMEOUT):
         km.transport = "ipc"
         km.ip = os.path.join(socket_dir, "kernel")
     client = nbclient.NotebookClient(nb, km=km, timeout=timeout, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
+                                     resources={"metadata": {"path": str(folder)}})
     started = time.perf_counter()
     error = None
     try:
@@ -150,34 +166,61 @@ def execute_notebook(path: Path, timeout: int = DEFAULT_TIMEOUT):
     return nb, time.perf_counter() - started, error
 
 
-def notebook_to_html(nb) -> str:
+def finish_page(page: str, formulas: list[tuple[str, bool]], embed_fonts: bool = False) -> str:
+    """A rendered page with its formulas typeset (KaTeX, courseware/formulas.py) and, for a page that will be
+    printed, its Chinese font embedded as TrueType (courseware/fonts.py; a few seconds a page, and only the
+    PDF's text layer needs it)."""
+    from courseware.fonts import font_faces
+    from courseware.formulas import put_back, stylesheet, typeset
+    from courseware.pdf import cjk_fonts
+    page = put_back(page, typeset(formulas))
+    css = stylesheet() if formulas else ""
+    if embed_fonts and cjk_fonts():
+        css += "\n" + font_faces(page)
+    return page.replace("</head>", f"<style>\n{css}\n</style>\n</head>", 1)
+
+
+def notebook_to_html(nb, embed_fonts: bool = False) -> str:
+    """One edition as a self-contained page: code wrapped at token boundaries for print
+    (courseware/codewrap.py), formulas typeset, fonts embedded."""
+    from courseware.codewrap import wrap_notebook
+    from courseware.formulas import cut_math
     nbconvert = _require("nbconvert")
+    nb = wrap_notebook(copy.deepcopy(nb))
+    formulas: list[tuple[str, bool]] = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = cut_math(cell.source, formulas)
     # lang zh: Chromium picks the Chinese glyphs of the CJK font for Han characters.
     exporter = nbconvert.HTMLExporter(template_name="inferlab", extra_template_basedirs=[str(TEMPLATES)],
                                       language_code="zh")
     body, _ = exporter.from_notebook_node(nb, resources={"inferlab_css": page_css()})
-    return body
+    return finish_page(body, formulas, embed_fonts)
 
 
 def build_tutorial(path: Path, out_dir: Path, execute: bool = True, timeout: int = DEFAULT_TIMEOUT,
-                   pdf: bool = False, editions: tuple[str, ...] = EDITIONS):
+                   pdf: bool | tuple[str, ...] = False, editions: tuple[str, ...] = EDITIONS):
     """Execute (unless told not to) and render one tutorial in each edition; returns (NotebookResult, notebook).
 
     `out_dir` is the build's root: each edition goes to its folder under it (EDITION_DIRS).
+    `pdf`: print every edition (True), none (False), or those named.
     """
+    printed = editions if pdf is True else tuple(pdf or ())
     from courseware.pdf import html_to_pdf
+    from courseware.tutorial_source import instructor_notebook
+    nb = instructor_notebook(path)
     if execute:
-        nb, seconds, error = execute_notebook(path, timeout)
+        nb, seconds, error = execute_notebook(nb, path.parent, timeout)
     else:
-        nb, seconds, error = _require("nbformat").read(path, as_version=4), 0.0, None
+        seconds, error = 0.0, None
     stem = output_stem(path, nb)
     result = NotebookResult(path, out_dir / EDITION_DIRS[editions[0]] / f"{stem}.html", seconds, error, execute)
     for which in editions:
         target = out_dir / EDITION_DIRS[which] / f"{stem}.html"
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(notebook_to_html(edition(nb, which)), encoding="utf-8")
+        target.write_text(notebook_to_html(edition(nb, which), embed_fonts=which in printed), encoding="utf-8")
         result.pages[which] = target
-        if pdf:
+        if which in printed:
             result.pdfs[which] = html_to_pdf(target, target.with_suffix(".pdf"))
     return result, nb
 
@@ -209,11 +252,14 @@ th {{ background: #f6f8fa; }}
 """
 
 
-def markdown_to_html(text: str, title: str) -> str:
-    """A standalone HTML page for a Markdown document (tables, fenced code, strikethrough)."""
+def markdown_to_html(text: str, title: str, embed_fonts: bool = False) -> str:
+    """A standalone HTML page for a Markdown document (tables, fenced code, strikethrough, formulas)."""
+    from courseware.formulas import cut_math
     mistune = _require("mistune")
     render = mistune.create_markdown(escape=False, plugins=["table", "strikethrough", "url"])
-    return _PAGE.format(title=html.escape(title), body=render(text), css=page_css())
+    formulas: list[tuple[str, bool]] = []
+    body = render(cut_math(text, formulas))
+    return finish_page(_PAGE.format(title=html.escape(title), body=body, css=page_css()), formulas, embed_fonts)
 
 
 def _title_of(markdown: str, fallback: str) -> str:
@@ -232,7 +278,8 @@ def build_handouts(root: Path, out_dir: Path, pdf: bool = False) -> list[Path]:
         folder = out_dir / readme.parent.name
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / "README.html"
-        target.write_text(markdown_to_html(text, _title_of(text, readme.parent.name)), encoding="utf-8")
+        target.write_text(markdown_to_html(text, _title_of(text, readme.parent.name), embed_fonts=pdf),
+                          encoding="utf-8")
         written.append(target)
         if pdf:
             written.append(html_to_pdf(target, target.with_suffix(".pdf")))
@@ -244,9 +291,9 @@ def build_handouts(root: Path, out_dir: Path, pdf: bool = False) -> list[Path]:
 
 
 def build_assignment(root: Path, out_dir: Path, term: str = DEFAULT_TERM) -> Path:
-    """<out_dir>/assignment_<term>/<lab folder>/: each lab's student repository (`inferlab release`),
-    or the lab folder's public parts for a lab without engine regions (a report-only lab)."""
-    from labkit.tree import LABS
+    """<out_dir>/assignment_<term>/<lab folder>/: each lab's student repository (`inferlab release`; lab 5's
+    too, with the whole engine), or the lab folder's public parts for a lab with neither exercises nor a rubric."""
+    from labkit.labs import release_labs
     from courseware.release import make_release
     target = out_dir / f"assignment_{term}"
     if target.exists():
@@ -254,7 +301,7 @@ def build_assignment(root: Path, out_dir: Path, term: str = DEFAULT_TERM) -> Pat
     target.mkdir(parents=True)
     for lab in all_labs(root):
         dest = target / lab.folder.name
-        if lab.lab_id in LABS:
+        if lab.lab_id in release_labs(root):
             make_release(lab.lab_id, dest, root=root)
             continue
         dest.mkdir()

@@ -1,10 +1,13 @@
 """The two editions of a tutorial: what students get and what the instructor teaches from.
 
-A tutorial notebook holds everything: the lesson, the class exercises, the
-参考答案 (cells tagged `answer`) and notes for the instructor (markdown cells
-tagged `instructor`: minutes per section, the numbers to expect and how much
-they vary). The editions are cuts of one executed notebook, so the
-instructor's numbers and the students' pages come from the same run:
+A tutorial's source (tutorials/src/, courseware/tutorial_source.py) holds
+everything: the lesson, the class exercises, the 参考答案 (cells tagged
+`answer`) and notes for the instructor (markdown cells tagged `instructor`:
+minutes per section, the numbers to expect and how much they vary). The
+editions are cuts of one notebook: `inferlab build` cuts them from one
+executed run, so the instructor's numbers and the students' pages come from
+the same run, and the committed notebooks (tutorials/_make_notebooks.py) are
+the student cut, without outputs:
 
 - student: no `answer` and no `instructor` cells. The answers are left out
   rather than folded, because a PDF cannot fold, and an answer one page
@@ -14,7 +17,8 @@ instructor's numbers and the students' pages come from the same run:
 
 The student repository (`inferlab release`, and build/experiments/assignment_<term>/)
 gets the student cut of each notebook too, and not the percent-format sources
-(tutorials/src/), which hold the answers in plain text.
+(tutorials/src/), which hold the answers in plain text. tests/courseware/test_answer_leaks.py
+looks for every answer and note in the committed notebooks, the releases' and the student build.
 """
 from __future__ import annotations
 

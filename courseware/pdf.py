@@ -14,12 +14,18 @@ A missing browser or CJK font is an error that names the package: without
 the font Chromium prints every Chinese character as a box and says nothing.
 
 Noto CJK is an OpenType/CFF font, which Chromium's PDF writer embeds as Type 3
-fonts (glyph outlines with a Unicode map): `pdffonts` lists them without a
-name, every one embedded, and the text layer holds the Chinese characters.
+fonts, whose metrics split a mixed Chinese/English line when the text is copied
+out; so each page carries the faces it uses as TrueType (courseware/fonts.py),
+and every font in a PDF is a CID TrueType font (tests/courseware/test_build_pdf.py).
+
+Figures are SVG with their labels kept as text (courseware/build.py), so the
+printed size of every label can be read back (`figure_text`).
 """
 from __future__ import annotations
 
+import html
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -96,21 +102,46 @@ def _poppler(tool: str) -> str:
     return found
 
 
-def pdf_text(pdf_path: Path, first_page: int = 1, last_page: int | None = None) -> str:
-    """The PDF's text layer (pdftotext), for checking that the Chinese text is text and not boxes."""
-    command = [_poppler("pdftotext"), "-f", str(first_page)]
+def pdf_text(pdf_path: Path, first_page: int = 1, last_page: int | None = None, layout: bool = False) -> str:
+    """The PDF's text layer (pdftotext), for checking that the Chinese text is text and not boxes.
+
+    layout=True keeps each printed line whole (pdftotext -layout): without it, pdftotext splits a line
+    at a wide gap into blocks, as it does a code line at the two spaces before its comment."""
+    command = [_poppler("pdftotext"), "-f", str(first_page)] + (["-layout"] if layout else [])
     if last_page is not None:
         command += ["-l", str(last_page)]
     return subprocess.run(command + [str(pdf_path), "-"], capture_output=True, text=True, check=True).stdout
 
 
 def pdf_fonts(pdf_path: Path) -> list[dict[str, str]]:
-    """One row per font in the PDF (pdffonts): name, type, and whether it is embedded."""
+    """One row per font in the PDF (pdffonts): name, type ("Type 3", "CID TrueType"...), and whether it is embedded."""
     out = subprocess.run([_poppler("pdffonts"), str(pdf_path)], capture_output=True, text=True, check=True).stdout
+    lines = out.splitlines()
+    # The rule under the header gives each column's width: "---- ----- ..."
+    spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[1])] if len(lines) > 1 else []
     rows = []
-    for line in out.splitlines()[2:]:          # a header line and a rule
-        parts = line.split()
-        if len(parts) >= 7:
-            # name type [encoding words...] emb sub uni object ID: read the flags from the right.
-            rows.append({"name": parts[0], "emb": parts[-5], "sub": parts[-4], "uni": parts[-3]})
+    for line in lines[2:]:
+        cells = [line[a:b + 1].strip() for a, b in spans]
+        if len(cells) >= 6:
+            rows.append({"name": cells[0], "type": cells[1], "emb": cells[3], "sub": cells[4], "uni": cells[5]})
     return rows
+
+
+def text_runs(pdf_path: Path) -> list[tuple[str, int, str]]:
+    """(text, font size in points rounded to an integer, font name) for each run of text, as printed
+    (poppler's pdftohtml -xml at zoom 1)."""
+    out = subprocess.run([_poppler("pdftohtml"), "-xml", "-i", "-stdout", "-q", "-zoom", "1", str(pdf_path)],
+                         capture_output=True, text=True, check=True).stdout
+    fonts = {m["id"]: (int(m["size"]), m["family"])
+             for m in re.finditer(r'<fontspec id="(?P<id>\d+)" size="(?P<size>-?\d+)" family="(?P<family>[^"]*)"', out)}
+    return [(html.unescape(re.sub(r"<[^>]+>", "", m["text"])), *fonts[m["font"]])
+            for m in re.finditer(r'<text [^>]*font="(?P<font>\d+)"[^>]*>(?P<text>.*?)</text>', out)]
+
+
+# matplotlib's labels are DejaVu Sans (courseware/templates/matplotlibrc); the page's own text is not.
+FIGURE_FONT = re.compile(r"DejaVuSans(?!Mono)")
+
+
+def figure_text(pdf_path: Path) -> list[tuple[str, int]]:
+    """(text, printed size in points) of every label of every figure in the PDF."""
+    return [(text, size) for text, size, family in text_runs(pdf_path) if FIGURE_FONT.search(family)]

@@ -6,6 +6,7 @@ A lab N release's code is:
   before N filled in with their solutions and N and later labs stubbed, plus
   lab N's public tests (`tests/`: its conftest, the support modules they
   import, its `test_labN_*.py`);
+  (a lab without exercises, lab 5, gets every lab filled in and no tests);
 - `.inferlab/pristine/student_exercises/`: the same package exactly as
   shipped, which the self-check reads the student's tree against;
 - `courseware/`: the tools the tests and `inferlab` use, and the stand-ins of
@@ -25,7 +26,7 @@ from __future__ import annotations
 import importlib.metadata
 from pathlib import Path
 
-from labkit.labs import later_labs
+from labkit.labs import exercise_labs, later_labs
 from labkit.manifest import PRISTINE, Manifest
 from labkit.tree import PACKAGE, ROOT, TESTS_DIR, BodyChoice, ReferenceTree, lab_test_files, load_reference, \
     release_package, rewrite_imports
@@ -35,6 +36,9 @@ from courseware.standins import standin_modules
 # (`selfcheck`, `terminal`), the tiny model and the oracle the tests use; and the later labs' stand-ins.
 TOOL_MODULES = ("__init__.py", "engine.py", "oracle.py", "selfcheck.py", "terminal.py", "tiny_model.py",
                 "standins/__init__.py")
+# A lab without exercises measures the whole engine (lab 5): its release also ships the measurement commands
+# (`inferlab bench`, `trace`, `make-tiny-model`) and the lab 5 results files' definitions its scripts write with.
+MEASUREMENT_MODULES = ("measure_cli.py", "bench.py", "trace.py", "lab5_results.py")
 # The torch every install starts from, pinned (docs/design.md §5; README and .ci/run say the same, checked by
 # tests/test_cli.py): an unpinned torch pulls GBs of CUDA wheels. The Gradescope bundle installs it too.
 TORCH_VERSION = "2.13.0"
@@ -94,10 +98,12 @@ def release_code(lab: str, tree: ReferenceTree | None = None, root: Path = ROOT,
     """
     tree = tree or load_reference(root)
     tests_dir = root / PACKAGE / TESTS_DIR
-    tests = {f"{TESTS_DIR}/{p.name}": p.read_text(encoding="utf-8") for p in lab_test_files(tests_dir, lab)}
+    exercises = lab in exercise_labs(root)
+    tests = {f"{TESTS_DIR}/{p.name}": p.read_text(encoding="utf-8")
+             for p in (lab_test_files(tests_dir, lab) if exercises else [])}
     given = release_package(tree, lab) | tests
     package = (release_package(tree, lab, choose) | tests) if choose else given
-    tools = [*TOOL_MODULES, *standin_modules(later_labs(lab, root))]
+    tools = [*TOOL_MODULES, *standin_modules(later_labs(lab, root)), *(() if exercises else MEASUREMENT_MODULES)]
     files = {f"{PACKAGE}/{path}": text for path, text in package.items()}
     files |= {f"{PRISTINE.as_posix()}/{PACKAGE}/{path}": text for path, text in given.items()}
     files |= {f"courseware/{name}": rewrite_imports((root / "courseware" / name).read_text(encoding="utf-8"))

@@ -15,6 +15,7 @@ skip can never look like a pass.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -292,14 +293,19 @@ def demo(console: Console | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The `inferlab` command of a student release: `check` and `demo`."""
+    """The `inferlab` command of a student release: `check` and `demo`; in lab 5's, `bench`, `trace`, `make-tiny-model`."""
     parser = argparse.ArgumentParser(prog="inferlab", description="InferLab lab tools (student release).")
     sub = parser.add_subparsers(dest="command", required=True)
     cmd = sub.add_parser("check", help="run a lab's public tests and print your score")
     cmd.add_argument("lab", help="a lab whose public tests this tree has (student_exercises/tests/test_labN_*.py)")
     sub.add_parser("demo", help="serve a small batch through your engine on the tiny model")
+    if importlib.util.find_spec("courseware.measure_cli") is not None:    # shipped where a lab measures (lab 5)
+        from courseware.measure_cli import add_parsers
+        add_parsers(sub)
     args = parser.parse_args(argv)
     try:
+        if hasattr(args, "func"):
+            return args.func(args)
         return check(args.lab) if args.command == "check" else demo()
     except (ValueError, FileNotFoundError) as err:
         print_error(err)

@@ -10,7 +10,7 @@ submission. The bundle holds, at its root:
     run_autograder     `python -m grading.gradescope`: grades ROOT/submission, writes ROOT/results/results.json
     requirements.txt   every other dependency, pinned to the version installed where the bundle was built
                        (the environment the golden outputs were checked in)
-    bundle.json        the lab, the torch pin, whether to publish a leaderboard
+    bundle.json        the lab, the torch pin, whether to publish a leaderboard, whether to grade without Landlock
     course/            what the grader needs and nothing else: reference/, labkit/, courseware/, grading/ and the
                        lab's folder with its rubric, hidden tests and golden outputs (GPU ones too, if built)
     release/           the pristine student package of the lab's release, to lay uploads over
@@ -93,8 +93,14 @@ def script(name: str) -> str:
         .replace("@TORCH_INDEX@", TORCH_INDEX).replace("@GRADER_IMPORTS@", GRADER_IMPORTS)
 
 
-def build_bundle(lab: str, out: Path, leaderboard: bool = False, root: Path = ROOT) -> Path:
-    """Write the Gradescope bundle of `lab` to `out` (a .zip); returns its path."""
+def build_bundle(lab: str, out: Path, leaderboard: bool = False, root: Path = ROOT,
+                 allow_unfenced: bool = False) -> Path:
+    """Write the Gradescope bundle of `lab` to `out` (a .zip); returns its path.
+
+    `allow_unfenced`: grade even where Gradescope's kernel (or container)
+    gives no Landlock (grading.unfenced); without it such a submission gets
+    the autograder's failure result, which names the risk.
+    """
     folder = find_lab(lab, root)
     if not folder.rubric.is_file():
         raise BundleError(f"{lab} has no rubric.json: nothing to grade")
@@ -104,7 +110,7 @@ def build_bundle(lab: str, out: Path, leaderboard: bool = False, root: Path = RO
         write_course(stage / "course", lab, root)
         write_release(stage / "release", lab, root)
         (stage / "requirements.txt").write_text("\n".join(pinned_requirements(root)) + "\n", encoding="utf-8")
-        config = {"lab": lab, "torch": TORCH_VERSION, "leaderboard": leaderboard,
+        config = {"lab": lab, "torch": TORCH_VERSION, "leaderboard": leaderboard, "allow_unfenced": allow_unfenced,
                   "golden_fingerprint": golden["fingerprint"] if golden else None}
         (stage / "bundle.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
         for name in ("setup.sh", "run_autograder"):

@@ -66,17 +66,31 @@ def _golden_one(console: Console, args: argparse.Namespace, lab: str, gpu: bool)
 
 
 def _cmd_grade_run(args: argparse.Namespace) -> int:
+    """Exit 0 when every submission got a result without a grader error, 1 otherwise, 2 when refused to start."""
     from grading.report import summary_table
     from grading.grade_run import RunOptions, grade_run
+    from grading.scratch import Quota
+    from grading.unfenced import Unfenced
     console = make_console()
     options = RunOptions(args.lab, Path(args.submissions), Path(args.out), jobs=args.jobs, student=args.student,
-                         force=args.force, spawn=args.spawn, landlock=not args.no_landlock, keep_work=args.keep_work)
-    summary = grade_run(options, console)
+                         force=args.force, spawn=args.spawn, landlock=not args.no_landlock, keep_work=args.keep_work,
+                         allow_unfenced=args.allow_unfenced,
+                         quota=Quota(bytes=args.scratch_quota << 20) if args.scratch_quota else Quota())
+    try:
+        summary = grade_run(options, console)
+    except Unfenced as err:
+        console.print(f"[bold red]not grading:[/bold red] {escape(str(err))}", soft_wrap=True)
+        return 2
     for note in summary.notes:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     console.print(summary_table(list(summary.results.values()), f"{args.lab}: {len(summary.graded)} graded, "
                                 f"{len(summary.skipped)} already graded (skipped)"))
     console.print(f"results in [bold]{options.out}[/bold] ({summary.wall_s:.1f} s)")
+    failed = summary.errors + summary.ungraded
+    if failed:
+        console.print(f"[bold red]{len(failed)} submission(s) hit a grader error[/bold red] (their results say what; "
+                      f"a rerun grades them again): {escape(', '.join(failed[:20]))}")
+        return 1
     return 0
 
 
@@ -85,6 +99,23 @@ def _cmd_grade_report(args: argparse.Namespace) -> int:
     console = make_console()
     report = make_reports(Path(args.results), Path(args.out) if args.out else None, console=console)
     console.print(f"grades: [bold]{report.csv}[/bold]; feedback and Gradescope files under [bold]{report.out}[/bold]")
+    return 0
+
+
+def _cmd_grade_ta_sheet(args: argparse.Namespace) -> int:
+    from labkit.rubric import load_rubric
+    from grading.report import load_results
+    from grading.ta_marks import TA_FILE, write_sheet
+    results_dir = Path(args.results)
+    results = load_results(results_dir)
+    if not results:
+        raise FileNotFoundError(f"no finished results (*.json) in {results_dir}")
+    out = Path(args.out) if args.out else results_dir / TA_FILE
+    if out.exists():
+        raise ValueError(f"{out} exists: it may hold marks; move it or name another --out")
+    write_sheet(results, out, load_rubric(results[0]["lab"]))
+    make_console().print(f"TA sheet: [bold]{out}[/bold]: fill in points (one of each row's anchors) and a comment; "
+                         "`grade report` merges it")
     return 0
 
 
@@ -99,7 +130,7 @@ def _cmd_grade_package(args: argparse.Namespace) -> int:
     from grading.bundle import BundleError, build_bundle
     console = Console()
     try:
-        out = build_bundle(args.lab, Path(args.out), leaderboard=args.leaderboard)
+        out = build_bundle(args.lab, Path(args.out), leaderboard=args.leaderboard, allow_unfenced=args.allow_unfenced)
     except (BundleError, FileNotFoundError, ValueError) as err:
         console.print(f"[bold red]cannot build the {args.lab} bundle:[/bold red] {escape(str(err))}")
         return 2
@@ -129,18 +160,30 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--spawn", choices=["fork", "fresh"], default="fork",
                      help="fork: items forked from a process with torch imported (fast); "
                           "fresh: a new `python -I -B -m pytest` per item")
-    run.add_argument("--no-landlock", action="store_true", help="do not use the kernel file-system fence")
+    run.add_argument("--no-landlock", action="store_true", help="do not use the kernel file-system fence "
+                     "(refused without --allow-unfenced)")
+    run.add_argument("--allow-unfenced", action="store_true",
+                     help="grade even where Landlock is not in force, accepting the risk it prints")
+    run.add_argument("--scratch-quota", type=int, default=None, metavar="MIB",
+                     help="what one graded process may write to its scratch folder, in MiB "
+                          "(default: grading.scratch.Quota, docs/grading.md)")
     run.add_argument("--keep-work", action="store_true", help="keep harnesses and scratch folders (debugging)")
     run.set_defaults(func=_cmd_grade_run)
     report = actions.add_parser("report", help="grades.csv, feedback, Gradescope results.json, summary, histogram")
     report.add_argument("--results", required=True, help="the --out folder of `grade run`")
     report.add_argument("--out", default=None, help="where to write (default: RESULTS/report)")
     report.set_defaults(func=_cmd_grade_report)
+    sheet = actions.add_parser("ta-sheet", help="a marks sheet for the rubric items a TA marks (kind ta)")
+    sheet.add_argument("--results", required=True, help="the --out folder of `grade run`")
+    sheet.add_argument("--out", default=None, help="where to write (default: RESULTS/ta_marks.csv, which report reads)")
+    sheet.set_defaults(func=_cmd_grade_ta_sheet)
     package = actions.add_parser("package", help="a Gradescope autograder bundle (setup.sh, run_autograder, ...)")
     package.add_argument("--lab", required=True, choices=graded_labs())
     package.add_argument("--out", default="autograder.zip", help="the .zip to write (default: autograder.zip)")
     package.add_argument("--leaderboard", action="store_true",
                          help="publish the measured throughput ratio on Gradescope's leaderboard")
+    package.add_argument("--allow-unfenced", action="store_true",
+                         help="grade even where Gradescope's kernel gives no Landlock (docs/grading.md: the risk)")
     package.set_defaults(func=_cmd_grade_package)
     nb = actions.add_parser("nbgrader", help="autograde the lab's notebooks with nbgrader, merge into the gradebook rows")
     nb.add_argument("--lab", required=True, choices=graded_labs())

@@ -21,6 +21,7 @@ from typing import Any
 
 from grading import process_fence
 from grading.paths import hidden_roots, private_modules, python_roots
+from grading.scratch import Quota, Scratch, clear  # noqa: F401  (clear: callers import it from here)
 from grading.spawn import ChildResult, ForkServer, FreshSpawner, base_env
 
 OBSERVATIONS = "observations.jsonl"
@@ -183,6 +184,7 @@ def process_summary(child: ChildResult) -> dict:
 def process_flags(child: ChildResult) -> list[str]:
     """What the kernel's side of the fence saw: a refused process start, processes left behind."""
     flags = [f"sandbox refused: {d}" for d in child.output.denials]
+    flags += [f"used a native file reader: {n}" for n in child.output.notices]
     if child.status == -signal.SIGSYS:
         flags.append("sandbox refused: the kernel killed the graded process for starting a process (seccomp)")
     if child.survivors:
@@ -209,6 +211,7 @@ class Observed:
     order: list[str] = field(default_factory=list)
     sandbox: dict[str, Any] | None = None
     problems: list[str] = field(default_factory=list)
+    scratch: str | None = None            # the scratch quota it hit, if it did (grading.scratch)
 
 
 class Malformed(ValueError):
@@ -365,10 +368,11 @@ class Runner:
     run in the same process instead of paying its start-up again.
     """
 
-    def __init__(self, workdir: Path, spawn: str = "fork"):
+    def __init__(self, workdir: Path, spawn: str = "fork", quota: Quota | None = None):
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
         self.spawn = spawn
+        self.quota = quota or Quota()
         self._server = None
 
     def _spawner(self):
@@ -392,17 +396,20 @@ class Runner:
 
     def observe(self, harness: Path, scratch: Path, select, deadline_s: float, fence: Fence,
                 gpu: bool = False) -> Observed:
-        """Run the selected hidden tests in one graded process (seeing the GPU only with `gpu`); read its observations."""
+        """Run the selected hidden tests in one graded process (seeing the GPU only with `gpu`); read its observations.
+
+        Its scratch folder is under the runner's quota (`grading.scratch`) and gone when this returns.
+        """
         import time
-        if scratch.exists():
-            shutil.rmtree(scratch)
-        scratch.mkdir(parents=True)
-        child = self.start("pytest", pytest_argv(harness, scratch, select), harness,
-                           child_env(fence, harness, scratch, gpu),
-                           fence=process_fence_spec(fence, harness, scratch, gpu))
-        result = child.wait(time.monotonic() + deadline_s)
-        records, order, sandbox, problems = read_observations(scratch / OBSERVATIONS)
-        return Observed(result, records, order, sandbox, problems)
+        with Scratch(scratch, self.quota, executable=gpu) as space:
+            child = self.start("pytest", pytest_argv(harness, scratch, select), harness,
+                               child_env(fence, harness, scratch, gpu),
+                               fence=process_fence_spec(fence, harness, scratch, gpu))
+            space.watch(child.kill)
+            result = child.wait(time.monotonic() + deadline_s)
+            records, order, sandbox, problems = read_observations(scratch / OBSERVATIONS)
+            over = space.over()
+        return Observed(result, records, order, sandbox, problems, over)
 
     def close(self) -> None:
         if self._server is not None:
@@ -412,15 +419,3 @@ class Runner:
             else:
                 self._server.close()
             self._server = None
-
-
-def clear(path: Path) -> None:
-    """Remove a scratch folder, including anything a graded process made read-only."""
-    def unlock(func, target, _exc):
-        try:
-            os.chmod(target, 0o700)
-            func(target)
-        except OSError:
-            pass
-    if path.exists():
-        shutil.rmtree(path, onerror=unlock)

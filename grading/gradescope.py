@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 import traceback
@@ -63,6 +62,8 @@ def grade(root: Path) -> dict[str, Any]:
 
     from grading.grade_run import RunOptions, grade_run
     from grading.report import gradescope_results, hidden_items
+    from grading.scratch import clear
+    from grading.tree_walk import read_tree
     from labkit.rubric import load_rubric
     from grading.upload import place_upload
 
@@ -70,17 +71,19 @@ def grade(root: Path) -> dict[str, Any]:
     config = json.loads((source / CONFIG).read_text(encoding="utf-8"))
     lab, student = config["lab"], submission_id(root)
     work = root / "work"
-    shutil.rmtree(work, ignore_errors=True)
+    clear(work)
     folder = work / "submitted" / student / lab
     reports = any(item.kind == "report" for item in load_rubric(lab).items)
-    placement = place_upload(root / "submission", source / RELEASE, folder, copy_other_files=reports)
+    # The upload is read as a submission is (links, limits, odd names: grading.tree_walk) before it is placed.
+    upload = read_tree(root / "submission", copy_to=work / "upload", first=())
+    placement = place_upload(work / "upload", source / RELEASE, folder, copy_other_files=reports)
     console = Console(stderr=True)
     console.print(f"inferlab grading {lab} for {student} (course root {Path(__file__).resolve().parents[1]})")
-    summary = grade_run(RunOptions(lab, work / "submitted", work / "results", jobs=1, force=True), console,
-                        show_progress=False)
+    summary = grade_run(RunOptions(lab, work / "submitted", work / "results", jobs=1, force=True,
+                                   allow_unfenced=bool(config.get("allow_unfenced"))), console, show_progress=False)
     result = summary.results[student]
     return gradescope_results(result, hidden_items(lab), with_leaderboard=bool(config.get("leaderboard")),
-                              notes=placement.notes + summary.notes)
+                              notes=upload.notes + placement.notes + summary.notes)
 
 
 def main(argv: list[str] | None = None) -> int:

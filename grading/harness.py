@@ -19,6 +19,7 @@ tree, so the grader can tell when a graded process changed it.
 """
 from __future__ import annotations
 
+import functools
 import io
 import tokenize
 import hashlib
@@ -44,13 +45,16 @@ markers =
 """
 
 
-def hidden_tests(lab: str) -> list[Path]:
-    return sorted(hidden_dir(lab).glob("*.py"))
+@functools.lru_cache(maxsize=None)
+def hidden_tests(lab: str) -> tuple[Path, ...]:
+    """The lab's hidden test files: looked up once per process, not once per harness."""
+    return tuple(sorted(hidden_dir(lab).glob("*.py")))
 
 
-def payload_files() -> list[Path]:
+@functools.lru_cache(maxsize=None)
+def payload_files() -> tuple[Path, ...]:
     """The modules every harness gets, by the names they run as (grading/payload/, less its __init__)."""
-    return sorted(p for p in PAYLOAD.glob("*.py") if p.name != "__init__.py")
+    return tuple(sorted(p for p in PAYLOAD.glob("*.py") if p.name != "__init__.py"))
 
 
 def build_harness(dest: Path, lab: str, tree: ReferenceTree, bodies: Mapping[str, str] | None = None,

@@ -74,7 +74,23 @@ def observed_flags(run: Observed, expected: list[str], deadline_s: float) -> lis
     if unexpected:
         flags.append(f"reported {len(unexpected)} test id(s) the item does not run (ignored): {unexpected[0]}")
     flags += run.problems
+    if run.scratch:
+        flags.append(run.scratch)
     return flags
+
+
+def rule_lines(item: Item, lab: str) -> list[str]:
+    """Which rule a failing item checks, and where the student can see expected values: its public tests.
+
+    Feedback never shows a hidden test's expected values (grading.judge); the
+    public tests the rubric names for the item check the same rule, and
+    `inferlab check` shows their expected values beside the student's.
+    """
+    lines = [f"rule: {item.title}"]
+    if item.public:
+        shown = ", ".join(item.public[:4]) + (f" and {len(item.public) - 4} more" if len(item.public) > 4 else "")
+        lines.append(f"the public tests of this rule show expected values (run `inferlab check {lab}`): {shown}")
+    return lines
 
 
 def run_observed(item: Item, ctx: ItemContext) -> ItemResult:
@@ -111,6 +127,8 @@ def run_observed(item: Item, ctx: ItemContext) -> ItemResult:
         details += [f"    {line}" for line in failure.explanation]
     if len(verdict.failures) > 3:
         details.append(f"... and {len(verdict.failures) - 3} more failing test(s)")
+    if verdict.failures:
+        details += rule_lines(item, ctx.rubric.lab)
     # A process that never started ("error") ran no test: nothing to share out.
     earned = item.points if verdict.passed else share(item.points, verdict.tests_passed,
                                                        0 if status == "error" else verdict.tests_expected)
@@ -136,4 +154,6 @@ def grade_item(item: Item, ctx: ItemContext) -> ItemResult:
                               ctx.fence, ctx.deadline(item))
     if item.kind == "report":
         return check_report(ctx.submission_dir, item)
+    if item.kind == "ta":
+        return _skip(item, "pending", "marked by a TA against the rubric's anchors (grade report merges the marks)")
     return run_observed(item, ctx)

@@ -7,12 +7,16 @@ observed (floats within a tight tolerance). A test that is missing, cut short,
 or reported twice fails; nothing the graded process claims about itself
 (exit status, pytest's verdicts) is consulted.
 
-Explanations follow the item's kind:
+An explanation shows what the student's code did and where it first differs,
+never the reference's value there: every graded test is hidden, and its
+expected values would give the test away (the public tests behind each item
+check the same rule and show both, `inferlab check`). Context the student's
+code already matched (GOOD lines) is the student's own output. By the item's kind:
 - log: the lifecycle logs line by line, xv6-style: GOOD lines of context,
-  then BAD (what the student's engine logged) and MISSING (what the
-  reference logged there);
-- blocks: the first step whose scheduling or block tables differ, with the
-  differing sequence's table side by side;
+  then BAD (what the student's engine logged where the reference's log
+  differs), or MISSING where the student's log ends early;
+- blocks: the first step whose scheduling or block tables differ: the
+  student's schedule of that step and the differing field;
 - pytest: the first differing observation, narrowed to the exact field.
 """
 from __future__ import annotations
@@ -59,18 +63,19 @@ def same(expected: Any, got: Any, rel_tol: float = REL_TOL) -> bool:
 
 
 def where_different(expected: Any, got: Any, path: str = "", rel_tol: float = REL_TOL) -> tuple[str, Any, Any]:
-    """The innermost path at which two values differ, with the values there."""
+    """The innermost path at which two values differ, with the values there.
+
+    Where the two mappings have different keys the path stops at the mapping:
+    naming the key the reference has would tell what the reference did.
+    """
     if isinstance(expected, dict) and TOLERANCE_KEY in expected and isinstance(got, dict) and "value" in got:
         return where_different(expected["value"], got["value"], path, float(expected[TOLERANCE_KEY]))
     if isinstance(expected, dict) and isinstance(got, dict):
+        if expected.keys() != got.keys():
+            return path, expected, got
         for key in expected:
-            if key not in got:
-                return f"{path}[{key!r}]", expected[key], "(missing)"
             if not same(expected[key], got[key], rel_tol):
                 return where_different(expected[key], got[key], f"{path}[{key!r}]", rel_tol)
-        extra = [k for k in got if k not in expected]
-        if extra:
-            return f"{path}[{extra[0]!r}]", "(absent)", got[extra[0]]
     if isinstance(expected, list) and isinstance(got, list) and len(expected) == len(got):
         for i, (a, b) in enumerate(zip(expected, got)):
             if not same(a, b, rel_tol):
@@ -112,40 +117,43 @@ def _error_gist(error: str | None) -> str:
 
 
 def explain_log(expected: list[str], got: list[str]) -> list[str]:
-    """xv6-style log comparison: context, then the first BAD / MISSING lines."""
+    """xv6-style log comparison: context, then the first BAD line, or MISSING where the log ends early.
+
+    Only the student's own lines are shown (GOOD lines equal the
+    reference's), never the reference's line at the difference.
+    """
     if not isinstance(got, list):
-        return [f"BAD     the log is {show(got)}, not a list of events"]
+        return [f"BAD     your log is {show(got)}, not a list of events"]
     i = 0
     while i < len(expected) and i < len(got) and expected[i] == got[i]:
         i += 1
-    out = [f"GOOD    {line}" for line in expected[max(0, i - CONTEXT):i]]
-    if i < len(got):
-        out.append(f"BAD     {got[i]}")
-    if i < len(expected):
-        out.append(f"MISSING {expected[i]}")
-        rest = len(expected) - i - 1
-        if rest:
-            out.append(f"        ... and {rest} more expected event(s) after it")
+    out = [f"GOOD    {line}" for line in got[max(0, i - CONTEXT):i]]
+    if i < len(got) and i < len(expected):
+        out.append(f"BAD     {show(got[i])}")
+        out.append(f"        (event {i + 1}: the reference's log has a different event here; "
+                   f"it has {len(expected)} events, yours {len(got)})")
+    elif i < len(expected):
+        out.append(f"MISSING (your log ends after {len(got)} events; the reference's goes on for {len(expected) - i} "
+                   f"more)")
     elif i < len(got):
+        out.append(f"BAD     {show(got[i])}")
         out.append(f"        (the reference's log ends before this: {len(got) - i} extra event(s))")
     return out
 
 
 def explain_value(key: str, expected: Any, got: Any, kind: str) -> list[str]:
+    """Where the student's observation `key` first differs, and the student's value there (not the reference's)."""
     if kind == "log" and key == "log" and isinstance(expected, list):
         return explain_log(expected, got)
     if isinstance(got, dict) and set(got) == {"raised"} and not (isinstance(expected, dict) and "raised" in expected):
-        return [f"  {key}: expected {show(expected)}", f"  {' ' * len(key)}  but your code raised {got['raised']} here"]
-    path, want, have = where_different(expected, got)
+        return [f"  {key}: your code raised {got['raised']} here, which differs from the reference's observation"]
+    path, _, have = where_different(expected, got)
     lines = []
     if kind == "blocks" and key.startswith("step "):
         lines.append(f"at engine {key} (after the step):")
-        if isinstance(expected, dict) and isinstance(got, dict):
-            lines.append(f"  reference scheduled: {show(expected.get('scheduled'))}")
-            lines.append(f"  yours scheduled:     {show(got.get('scheduled'))}")
-    label = f"{key}{path}"
-    lines.append(f"  {label}: expected {show(want)}")
-    lines.append(f"  {' ' * len(label)}  got      {show(have)}")
+        if isinstance(got, dict):
+            lines.append(f"  yours scheduled: {show(got.get('scheduled'))}")
+    lines.append(f"  {key}{path}: yours is {show(have)}, which differs from the reference's")
     return lines
 
 
@@ -166,12 +174,14 @@ def judge_test(test: str, expected: list[list[Any]], record: dict[str, Any] | No
         if index >= len(got):
             gist = _error_gist(record.get("error"))
             lines = [f"GOOD    {k}" for k, _ in expected[max(0, index - CONTEXT):index]]
-            lines.append(f"MISSING {key}" + (f"  (your code raised: {gist})" if gist else ""))
+            lines.append(f"MISSING (your observations stop after {index} of {len(expected)})"
+                         + (f"  your code raised: {gist}" if gist else ""))
             return TestVerdict(test, False, "incomplete", lines)
         got_pair = got[index]
         if not (isinstance(got_pair, list) and len(got_pair) == 2 and got_pair[0] == key):
-            return TestVerdict(test, False, "differs", [f"BAD     observation {index} is {show(got_pair)}, "
-                                                        f"expected {key!r}"])
+            context = [f"GOOD    {k}" for k, _ in expected[max(0, index - CONTEXT):index]]
+            return TestVerdict(test, False, "differs", context + [
+                f"BAD     observation {index + 1} is {show(got_pair)}: the reference observed something else here"])
         if not same(value, got_pair[1]):
             context = [f"GOOD    {k}" for k, _ in expected[max(0, index - CONTEXT):index]]
             return TestVerdict(test, False, "differs", context + explain_value(key, value, got_pair[1], kind))

@@ -23,9 +23,11 @@ from rich.table import Table
 
 from grading.results import read_result, write_json_atomic
 
-STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "magenta", "error": "bold red", "blocked": "yellow"}
-STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR", "blocked": "GPU"}
+STATUS_STYLE = {"passed": "green", "failed": "red", "timeout": "magenta", "error": "bold red", "blocked": "yellow",
+                "pending": "cyan"}
+STATUS_MARK = {"passed": "PASS", "failed": "FAIL", "timeout": "TIME", "error": "ERR", "blocked": "GPU", "pending": "TA"}
 CSV_FIXED = ["student_id", "lab", "status", "score", "max_score", "gradable_points", "blocked_points"]
+MAX_NOTES = 30                  # of a result's notes shown in Gradescope's output
 
 
 @dataclass
@@ -44,16 +46,31 @@ def load_results(results_dir: Path) -> list[dict[str, Any]]:
 
 
 def missing_rows(results_dir: Path, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One grades.csv row per student who submitted nothing for the lab (`grade run` lists them)."""
+    """One grades.csv row per student who has no result: nothing submitted, or no result written.
+
+    `grade run` lists both in missing.json (`students`: no submission for the
+    lab; `submitted`: every submission it found), so that grades.csv has a
+    row for every student even when a result could not be written.
+    """
     path = results_dir / "missing.json"
     if not path.is_file():
         return []
     data = json.loads(path.read_text(encoding="utf-8"))
     graded = {r["student_id"] for r in results}
     max_score = results[0]["max_score"] if results else 100
-    return [{"student_id": sid, "lab": data["lab"], "status": "missing", "score": 0, "max_score": max_score,
-             "gradable_points": 0, "blocked_points": 0, "items": []}
-            for sid in data["students"] if sid not in graded]
+    rows = []
+    for status, students in (("missing", data.get("students", [])), ("error", data.get("submitted", []))):
+        rows += [{"student_id": sid, "lab": data["lab"], "status": status, "score": 0, "max_score": max_score,
+                  "gradable_points": 0, "blocked_points": 0, "items": []}
+                 for sid in students if sid not in graded]
+    return rows
+
+
+def row_status(result: dict[str, Any]) -> str:
+    """graded; error when the grader could not finish some item (a TA looks, a rerun grades it again)."""
+    if "status" in result:
+        return result["status"]
+    return "error" if any(item.get("status") == "error" for item in result["items"]) else "graded"
 
 
 def item_ids(results: list[dict[str, Any]]) -> list[str]:
@@ -97,11 +114,12 @@ def csv_rows(results: list[dict[str, Any]], notebook: dict[str, dict[str, float]
         header += ["nbgrader_score", "nbgrader_max_score"]
     rows = []
     for result in results:
-        if result.get("status") == "missing":
+        if not result["items"]:                                  # no result at all (missing_rows)
             rows.append({**{k: result[k] for k in CSV_FIXED}, **{f"item:{i}": "" for i in ids}, "flags": 0,
                          **({"nbgrader_score": "", "nbgrader_max_score": ""} if notebook else {})})
             continue
-        row: dict[str, Any] = {k: result.get(k, "graded") for k in CSV_FIXED}
+        row: dict[str, Any] = {k: result.get(k) for k in CSV_FIXED}
+        row["status"] = row_status(result)
         scores = {item["id"]: item for item in result["items"]}
         for item_id in ids:
             item = scores.get(item_id)
@@ -127,8 +145,12 @@ def write_csv(results: list[dict[str, Any]], path: Path,
 
 LEGEND = """## How to read the differences
 
+- The graded tests are hidden: the feedback shows what your engine did where it first differs from the
+  reference, and which rule that is, never the reference's value there. Each item names the public tests of
+  the same rule: `inferlab check` runs them and shows their expected values beside yours.
 - `GOOD` lines are where your engine and the reference agree (the context before a difference);
-  `BAD` is what your engine did there, `MISSING` what the reference did instead.
+  `BAD` is what your engine did where the reference did something else; `MISSING` means your log or
+  your observations stop where the reference's go on.
 - A step of an engine run is shown as `step N: {scheduled, changed, finished, free}`:
   - `scheduled`: one entry per sequence the step ran, `r<i>:P<n>+<c>` or `r<i>:D<n>+<c>`: request `r<i>`
     (the i-th request of the test's workload, counting from 0) got a prefill (`P`) or decode (`D`) chunk
@@ -136,7 +158,7 @@ LEGEND = """## How to read the differences
   - `changed`: each request whose block table changed in that step, with its new table (physical block ids);
   - `finished`: requests whose blocks were released in that step;
   - `free`: how many KV blocks were free after the step.
-- `expected` is the reference's value, `got` yours; `(first wrong: ...)` points at the first element that differs.
+- `yours is ...` is your value at the first place it differs (`key[...]` says where).
 """
 
 
@@ -151,7 +173,10 @@ def feedback_markdown(result: dict[str, Any]) -> str:
     for item in result["items"]:
         summary = item["message"].replace("|", "\\|")
         lines.append(f"| {item['title']} | {item['score']}/{item['points']} | {item['status']} | {summary} |")
-    failed = [item for item in result["items"] if item["status"] not in ("passed", "blocked")]
+    pending = sum(item["points"] for item in result["items"] if item["status"] == "pending")
+    if pending:
+        lines.append(f"({pending} points are marked by a TA and not yet in this score.)")
+    failed = [item for item in result["items"] if item["status"] not in ("passed", "blocked", "pending")]
     if failed:
         lines += ["", "## What to look at", ""]
         for item in failed:
@@ -159,18 +184,26 @@ def feedback_markdown(result: dict[str, Any]) -> str:
             lines += ["", item["message"], ""]
             if item["details"]:
                 lines += ["```", *item["details"], "```", ""]
-        lines += [LEGEND]
-    lines += ["", "## Your exercise regions", "", "| region | status | note |", "| --- | --- | --- |"]
+        if any(item["kind"] != "report" and item["kind"] != "ta" for item in failed):
+            lines += [LEGEND]
+    marked = [item for item in result["items"] if item["kind"] == "ta" and item["status"] in ("passed", "failed")]
+    if marked:
+        lines += ["", "## Marked by a TA", ""]
+        for item in marked:
+            lines += [f"### {item['title']} ({item['score']}/{item['points']})", "", "```", *item["details"], "```", ""]
+    if result["regions"]:
+        lines += ["", "## Your exercise regions", "", "| region | status | note |", "| --- | --- | --- |"]
     for region in result["regions"]:
         lines.append(f"| `{region['region_id']}` | {region['status']} | {region['message']} |")
     if result["notes"] or result["flags"]:
         lines += ["", "## Notes from the grader", ""]
         lines += [f"- {note}" for note in result["notes"]]
         lines += [f"- flagged for review: {flag}" for flag in result["flags"]]
-    lines += ["", "What runs of your files: the bodies of the exercise regions, plus the definitions you added "
-              "outside them (imports, functions, classes, constants, new methods); other changes outside the "
-              "regions are not run (the notes above list any). The grader puts that code into its own copy of the engine "
-              "and compares what it does with the reference, step by step.", ""]
+    if result["regions"]:
+        lines += ["", "What runs of your files: the bodies of the exercise regions, plus the definitions you added "
+                  "outside them (imports, functions, classes, constants, new methods); other changes outside the "
+                  "regions are not run (the notes above list any). The grader puts that code into its own copy of the engine "
+                  "and compares what it does with the reference, step by step.", ""]
     return "\n".join(lines)
 
 
@@ -210,6 +243,11 @@ def gradescope_results(result: dict[str, Any], hidden: set[str] | frozenset[str]
     output = f"{result['lab']}: {result['score']}/{result['max_score']}"
     if result["blocked_points"]:
         output += f" ({result['blocked_points']} GPU points not graded here)"
+    graders = result.get("notes") or []
+    if graders:                    # what of the submission was not read or not run, and why (the student's to fix)
+        output += "\n\nNotes from the grader:\n" + "\n".join(f"- {note}" for note in graders[:MAX_NOTES])
+        if len(graders) > MAX_NOTES:
+            output += f"\n- ... and {len(graders) - MAX_NOTES} more"
     if notes:
         output += "\n\n" + "\n".join(f"- {note}" for note in notes)
     out = {"score": float(result["score"]), "output": output, "visibility": "visible",
@@ -244,6 +282,9 @@ def make_reports(results_dir: Path, out: Path | None = None, console: Console | 
     results = load_results(results_dir)
     if not results:
         raise FileNotFoundError(f"no finished results (*.json) in {results_dir}")
+    from labkit.rubric import load_rubric
+    from grading.ta_marks import merge_all
+    results = merge_all(results, results_dir, load_rubric(results[0]["lab"]))
     out = out or results_dir / "report"
     paths = ReportPaths(out, out / "grades.csv", out / "feedback", out / "gradescope", out / "histogram.png")
     paths.feedback.mkdir(parents=True, exist_ok=True)
@@ -253,8 +294,12 @@ def make_reports(results_dir: Path, out: Path | None = None, console: Console | 
     hidden = hidden_items(results[0]["lab"])
     for result in results:
         sid = result["student_id"]
-        (paths.feedback / f"{sid}.md").write_text(feedback_markdown(result), encoding="utf-8")
-        write_json_atomic(paths.gradescope / sid / "results.json", gradescope_results(result, hidden))
+        try:
+            (paths.feedback / f"{sid}.md").write_text(feedback_markdown(result), encoding="utf-8")
+            write_json_atomic(paths.gradescope / sid / "results.json", gradescope_results(result, hidden))
+        except Exception as err:  # noqa: BLE001 - one student's files never stop the others'
+            if console is not None:
+                console.print(f"[red]{escape(sid)}: feedback not written ({type(err).__name__}: {escape(str(err))})[/red]")
     histogram(results, paths.histogram)
     if console is not None:
         console.print(summary_table(results, f"{results[0]['lab']}: {len(results)} result(s)"))

@@ -17,6 +17,8 @@ import re
 from pathlib import Path
 
 from grading.report_content import CHECKS
+from grading.report_files import BAD, GOOD, MISSING, line
+from grading.report_files import problems as problems_of
 from grading.results import ItemResult
 from labkit.rubric import Item
 
@@ -50,25 +52,34 @@ def check_report(folder: Path, item: Item) -> ItemResult:
         texts += [report_text(p) for p in matches]
     text = "\n".join(texts)
     if item.options.get("check", "form") != "form":
+        lines = [line(MISSING, p, "submit the report files") for p in problems]
         if not problems:
             try:
-                problems = CHECKS[item.options["check"]](text, folder, item.options)
-            except (OSError, ValueError, csv.Error, RecursionError) as err:   # a malformed evidence file
-                problems = [f"could not read the submitted evidence: {type(err).__name__}: {err}"]
-        passed = not problems
+                lines = CHECKS[item.options["check"]](text, folder, item.options)
+            except (OSError, ValueError, csv.Error, RecursionError, KeyError, TypeError) as err:
+                lines = [line(BAD, f"could not read the submitted evidence: {type(err).__name__}: {err}",
+                              "evidence files are the ones lab5_run.py and lab5_summary.py write")]
+        wrong = problems_of(lines)
+        passed = not wrong
         return ItemResult(item.id, item.title, item.kind, item.points, item.points if passed else 0,
                           "passed" if passed else "failed",
-                          f"{item.options['check']}: backed by the submitted files" if passed else "; ".join(problems),
-                          details=problems)
+                          f"{item.options['check']}: backed by the submitted files" if passed
+                          else f"{item.options['check']}: {len(wrong)} problem(s); first: {wrong[0].split(maxsplit=1)[1]}",
+                          details=wrong + [entry for entry in lines if entry not in wrong])
     found = headings(text)
+    lines = [line(MISSING, p, "submit the report files") for p in problems]
     for heading in item.options["headings"]:
         if not any(heading.lower() in h for h in found):
-            problems.append(f"no section headed '{heading}'")
+            lines.append(line(MISSING, f"a section headed '{heading}'", "keep the template's section headings"))
+        else:
+            lines.append(line(GOOD, f"a section headed '{heading}'"))
     words = len(WORD.findall(text))
     if words < item.options["min_words"]:
-        problems.append(f"{words} words, at least {item.options['min_words']} expected")
-    passed = not problems
+        lines.append(line(MISSING, f"{words} words, at least {item.options['min_words']} expected",
+                          "a report of the rubric's length"))
+    wrong = problems_of(lines)
+    passed = not wrong
     return ItemResult(item.id, item.title, item.kind, item.points, item.points if passed else 0,
                       "passed" if passed else "failed",
-                      "report present and complete in form" if passed else "; ".join(problems),
-                      details=problems, measurements={"words": words})
+                      "report present and complete in form" if passed else "; ".join(w.split(maxsplit=1)[1] for w in wrong),
+                      details=wrong + [entry for entry in lines if entry not in wrong], measurements={"words": words})

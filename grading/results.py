@@ -19,7 +19,7 @@ from typing import Any
 
 from grading import RESULT_FORMAT
 
-STATUSES = ("passed", "failed", "timeout", "error", "blocked")
+STATUSES = ("passed", "failed", "timeout", "error", "blocked", "pending")
 VOLATILE_TOP = ("timing", "measurements")
 VOLATILE_ITEM = ("wall_s", "output_tail", "measurements")
 PACKAGES = ("torch", "transformers", "tokenizers", "pytest", "numpy", "inferlab")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading import process_fence
-from grading.payload._inferlab_sandbox import DENIED_TAG
+from grading.payload._inferlab_sandbox import DENIED_TAG, NOTED_TAG
 
 ZYGOTE = Path(__file__).with_name("zygote.py")
 PROCESS_FENCE = Path(__file__).with_name("process_fence.py")
@@ -80,12 +80,13 @@ def base_env() -> dict[str, str]:
 
 @dataclass
 class Output:
-    """What a child printed: a bounded head and tail, the total size, and sandbox refusals."""
+    """What a child printed: a bounded head and tail, the total size, sandbox refusals and notices."""
 
     head: bytearray = field(default_factory=bytearray)
     tail: bytearray = field(default_factory=bytearray)
     total: int = 0
     denials: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
     _line: bytearray = field(default_factory=bytearray)
 
     def feed(self, chunk: bytes) -> None:
@@ -103,14 +104,14 @@ class Output:
         self._scan(chunk)
 
     def _scan(self, chunk: bytes) -> None:
-        """Collect sandbox refusal lines wherever they are in the stream (bounded work per byte)."""
-        tag = DENIED_TAG.encode()
+        """Collect sandbox refusal and notice lines wherever they are in the stream (bounded work per byte)."""
         data = self._line + chunk
         lines = data.split(b"\n")
         self._line = bytearray(lines.pop()[-4096:])
         for line in lines:
-            if len(self.denials) < MAX_DENIALS and tag in line:
-                self.denials.append(line[line.index(tag) + len(tag):].decode("utf-8", "replace").strip()[:400])
+            for tag, found in ((DENIED_TAG.encode(), self.denials), (NOTED_TAG.encode(), self.notices)):
+                if len(found) < MAX_DENIALS and tag in line:
+                    found.append(line[line.index(tag) + len(tag):].decode("utf-8", "replace").strip()[:400])
 
     def text(self) -> str:
         head = self.head.decode("utf-8", "replace")
@@ -222,6 +223,12 @@ class Child:
 
     def resume(self) -> None:
         process_fence.signal_all(self.members(), signal.SIGCONT)
+
+    def kill(self) -> None:
+        """Kill every process of the item now (its scratch quota's watcher does, once the item is over it)."""
+        process_fence.signal_all(self.members(), signal.SIGKILL)
+        _kill_group(self.init)
+        _kill_group(self.pid)
 
     def _leftovers(self, grace_s: float = 5.0) -> list[int]:
         """Processes still in the namespace once its first process is gone and the kernel had `grace_s` to end them."""

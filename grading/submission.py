@@ -4,7 +4,9 @@ Layout (nbgrader's): `SUBMITTED/<student_id>/<labN>/`, holding the student's
 `student_exercises/` and any report files. What runs is the bodies of the lab's
 exercise regions plus the definitions the student added outside them
 (`labkit.additions`: imports, helpers, constants, helper methods); any other
-edit outside the regions is listed, never run. Everything is hashed, and a
+edit outside the regions is listed, never run. The tree is read once, by
+`grading.tree_walk` (links, limits, odd names), into a private copy that the
+rest of the grader reads; everything read is hashed, and a
 file that would run code on its own (a `conftest.py`, a `sitecustomize.py`, a
 `.pth`) is flagged only when the student added or changed it: the release's
 own files (its tests' conftest.py, its pyproject.toml) are compared against the
@@ -12,7 +14,6 @@ release's hashes, never flagged.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,14 +21,13 @@ from pathlib import Path
 from labkit.tree import PACKAGE, ReferenceTree, generate
 from labkit.labs import exercise_labs
 from labkit.tree import release_package
+from grading.tree_walk import Limits, TreeReading, read_tree
 from labkit.student_code import Extraction, RegionStatus, read_student_code
 
-__all__ = ["Extraction", "RegionStatus", "Submission", "extract", "file_hashes", "find_submissions",
-           "ignored_files", "missing_students"]
+__all__ = ["Extraction", "RegionStatus", "Submission", "extract", "find_submissions", "given_package",
+           "ignored_files", "missing_students", "read_submission"]
 
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,99}$")
-MAX_FILES = 2000
-MAX_FILE_BYTES = 5 << 20
 IGNORED_NAMES = {"conftest.py": "a pytest conftest.py", "sitecustomize.py": "a sitecustomize.py",
                  "usercustomize.py": "a usercustomize.py", "pytest.ini": "a pytest.ini", "tox.ini": "a tox.ini",
                  "setup.cfg": "a setup.cfg", "pyproject.toml": "a pyproject.toml", "setup.py": "a setup.py",
@@ -80,29 +80,13 @@ def missing_students(root: Path, lab: str) -> list[str]:
                   and not folder.name.startswith(".") and not (folder / lab).exists())
 
 
-def file_hashes(folder: Path) -> tuple[dict[str, str], list[str]]:
-    """sha256 of every regular file under `folder` (symlinks are listed, never followed)."""
-    hashes: dict[str, str] = {}
-    notes: list[str] = []
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder).as_posix()
-        if "__pycache__" in path.parts:
-            continue
-        if path.is_symlink():
-            hashes[rel] = "symlink"
-            notes.append(f"{rel} is a symbolic link: ignored")
-            continue
-        if not path.is_file():
-            continue
-        if len(hashes) >= MAX_FILES:
-            notes.append(f"more than {MAX_FILES} files: the rest are not hashed")
-            break
-        if path.stat().st_size > MAX_FILE_BYTES:
-            hashes[rel] = "too-large"
-            notes.append(f"{rel} is larger than {MAX_FILE_BYTES >> 20} MiB: ignored")
-            continue
-        hashes[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return hashes, notes
+def read_submission(folder: Path, limits: Limits | None = None, copy_to: Path | None = None) -> TreeReading:
+    """Every file of a submission that the grader reads, hashed (and copied to `copy_to`): `grading.tree_walk`.
+
+    Hashing for the resume rule and copying for grading are the same walk,
+    so a result is kept only when every byte that was graded is unchanged.
+    """
+    return read_tree(folder, limits, copy_to)
 
 
 def ignored_files(hashes: dict[str, str], shipped: dict[str, str] | None = None) -> list[str]:
@@ -123,7 +107,13 @@ def ignored_files(hashes: dict[str, str], shipped: dict[str, str] | None = None)
     return notes
 
 
-def extract(submission_package: Path, tree: ReferenceTree, lab: str) -> Extraction:
-    """The student's code for `lab`, read against what the student was given (the lab's release)."""
-    given = release_package(tree, lab) if lab in exercise_labs() else generate(tree)
-    return read_student_code(submission_package, given, lab)
+def given_package(tree: ReferenceTree, lab: str) -> dict[str, str]:
+    """What a student of `lab` was given: the lab's release package (the whole generated engine for a lab
+    without exercises). A grading run computes it once, not once per submission."""
+    return release_package(tree, lab) if lab in exercise_labs(tree.root) else generate(tree)
+
+
+def extract(submission_package: Path, tree: ReferenceTree, lab: str,
+            given: dict[str, str] | None = None) -> Extraction:
+    """The student's code for `lab`, read against what the student was given (`given_package`)."""
+    return read_student_code(submission_package, given if given is not None else given_package(tree, lab), lab)

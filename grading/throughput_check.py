@@ -30,9 +30,11 @@ from __future__ import annotations
 import secrets
 import statistics
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from grading.execute import Fence, Runner, child_env, clear, process_fence_spec, process_flags, process_summary
+from grading.scratch import Scratch
 from grading.results import ItemResult
 from labkit.rubric import Item
 
@@ -60,15 +62,24 @@ def run_throughput(item: Item, runner: Runner, student_harness: Path, reference_
                    fence: Fence, deadline_s: float) -> ItemResult:
     """Time the lab's workload on both engines; passed when outputs agree and the median ratio is high enough."""
     deadline = time.monotonic() + deadline_s
-    workload, rounds, min_ratio = item.options["workload"], int(item.options["rounds"]), item.options["min_ratio"]
-    children = {}
-    clear(scratch)
-    for name, harness in (("student", student_harness), ("reference", reference_harness)):
-        own = scratch / name
-        own.mkdir(parents=True)
-        children[name] = runner.start("script", [str(harness / SCRIPT), workload], harness,
-                                      child_env(fence, harness, own), with_stdin=True,
-                                      fence=process_fence_spec(fence, harness, own))
+    workload = item.options["workload"]
+    with ExitStack() as stack:
+        clear(scratch)
+        spaces, children = {}, {}
+        for name, harness in (("student", student_harness), ("reference", reference_harness)):
+            own = scratch / name
+            spaces[name] = stack.enter_context(Scratch(own, runner.quota))
+            children[name] = runner.start("script", [str(harness / SCRIPT), workload], harness,
+                                          child_env(fence, harness, own), with_stdin=True,
+                                          fence=process_fence_spec(fence, harness, own))
+            spaces[name].watch(children[name].kill)
+        return _timed_rounds(item, children, spaces, deadline, deadline_s)
+
+
+def _timed_rounds(item: Item, children: dict, spaces: dict[str, Scratch], deadline: float,
+                  deadline_s: float) -> ItemResult:
+    """The rounds, once both sides run; then the verdict (the scratch folders are still mounted)."""
+    rounds, min_ratio = int(item.options["rounds"]), item.options["min_ratio"]
     times: dict[str, list[float]] = {"student": [], "reference": []}
     not_stopped = 0                      # rounds in which the side not timed could not be seen stopped
     problem = ""
@@ -112,6 +123,9 @@ def run_throughput(item: Item, runner: Runner, student_harness: Path, reference_
                 pass
         results = {name: child.wait(min(deadline, time.monotonic() + 10)) for name, child in children.items()}
     flags = process_flags(results["student"])
+    over = spaces["student"].over()
+    if over:
+        flags.append(over)
     timed_out = results["student"].timed_out and not problem
     ratios = _ratios(times)
     measurements = {"student_s": times["student"], "reference_s": times["reference"], "ratios": ratios,

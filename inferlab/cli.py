@@ -4,15 +4,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from courseware.measure_cli import BACKENDS, DEVICES, DTYPES, ENGINE_DEFAULT  # noqa: F401 (the engine flags' choices)
+from courseware.measure_cli import add_parsers as add_measure_parsers
 from courseware.terminal import make_console, print_error
 
-# Engine flags give no default of their own: a flag left out is not passed on, and the engine's Config
-# default applies (one definition of each setting, reference/config.py). The choices are Config's too,
-# spelled here so that building the parser imports no engine (tests/test_cli.py checks they agree).
-ENGINE_DEFAULT = "default: the engine's own (reference/config.py)"
-DEVICES = ("auto", "cpu", "cuda")
-DTYPES = ("auto", "float32", "float16", "bfloat16")
-BACKENDS = ("auto", "torch", "triton", "flash-attn")
+SERVER_DEFAULT = "default: the server's own (reference/serving/defaults.py)"
 
 
 def engine_settings(args: argparse.Namespace, names: dict[str, str]) -> dict:
@@ -24,19 +20,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from courseware.demo import run_demo
     run_demo(args.model, args.log, **engine_settings(args, {"device": "device",
                                                             "tensor_parallel_size": "tensor_parallel_size"}))
-    return 0
-
-
-def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
-    from courseware.tiny_model import make_tiny_model
-    path = make_tiny_model(args.dir, seed=args.seed)
-    make_console().print(f"tiny Qwen3 model (seed {args.seed}) written to [bold]{path}[/bold]")
-    return 0
-
-
-def _cmd_trace(args: argparse.Namespace) -> int:
-    from courseware.trace import render_trace
-    render_trace(args.log)
     return 0
 
 
@@ -75,9 +58,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         "max_num_batched_tokens": "max_num_batched_tokens", "block_size": "kvcache_block_size",
         "num_kvcache_blocks": "num_kvcache_blocks", "max_model_len": "max_model_len",
         "enable_chunked_prefill": "enable_chunked_prefill", "async_scheduling": "async_scheduling",
-        "enforce_eager": "enforce_eager", "lifecycle_log": "lifecycle_log"})
+        "enforce_eager": "enforce_eager", "lifecycle_log": "lifecycle_log",
+        "tensor_parallel_size": "tensor_parallel_size"})
+    given = {"max_waiting": args.max_waiting_requests, "max_request_bytes": args.max_request_bytes,
+             "drain_timeout": args.drain_timeout}   # 0 is a value here (no drain), so not engine_settings
+    server = {name: value for name, value in given.items() if value is not None}
     make_console(stderr=True).print(f"serving [bold]{model}[/bold] on http://{args.host}:{args.port}/v1")
-    serve(model, args.host, args.port, args.served_model_name, args.max_waiting_requests, **engine)
+    serve(model, args.host, args.port, args.served_model_name, **server, **engine)
     return 0
 
 
@@ -119,22 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
                       help="split the model over N processes (N GPUs on CUDA; gloo on the CPU)")
     demo.set_defaults(func=_cmd_demo)
 
-    tiny = sub.add_parser("make-tiny-model", help="write the built-in tiny Qwen3 model to a folder")
-    tiny.add_argument("dir")
-    tiny.add_argument("--seed", type=int, default=0)
-    tiny.set_defaults(func=_cmd_make_tiny_model)
+    bench = add_measure_parsers(sub)      # make-tiny-model, trace, bench (offline): courseware/measure_cli.py
 
-    trace = sub.add_parser("trace", help="print per-request and per-step metrics of a lifecycle log")
-    trace.add_argument("log")
-    trace.set_defaults(func=_cmd_trace)
-
-    from labkit.labs import exercise_labs
+    from labkit.labs import exercise_labs, release_labs
     labs = exercise_labs()
     exercises = sub.add_parser("exercises", help="build, check or list student_exercises/ (cut from reference/)")
     exercises.add_argument("action", choices=["build", "check", "list"])
     exercises.set_defaults(func=_cmd_exercises)
     release = sub.add_parser("release", help="make the repository a student gets for one lab")
-    release.add_argument("--lab", required=True, choices=labs)
+    release.add_argument("--lab", required=True, choices=release_labs())
     release.add_argument("--out", required=True, help="folder to create (absent or empty)")
     release.set_defaults(func=_cmd_release)
     check = sub.add_parser("check", help="run a lab's public tests and print the score table")
@@ -161,8 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--served-model-name", default=None, help="the `model` clients send (default: folder name)")
-    serve.add_argument("--max-waiting-requests", type=int, default=256,
-                       help="past this many requests waiting, answer 503 with Retry-After")
+    serve.add_argument("--max-waiting-requests", type=int, default=None,
+                       help=f"past this many requests waiting, answer 503 with Retry-After; {SERVER_DEFAULT}")
+    serve.add_argument("--max-request-bytes", type=int, default=None,
+                       help=f"answer 413 to a request body larger than this many bytes; {SERVER_DEFAULT}")
+    serve.add_argument("--drain-timeout", type=float, default=None,
+                       help=f"on SIGINT/SIGTERM, seconds running requests may go on before they are ended; "
+                            f"{SERVER_DEFAULT}")
     serve.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
     serve.add_argument("--dtype", choices=DTYPES, default=None, help=ENGINE_DEFAULT)
     serve.add_argument("--max-num-seqs", type=int, default=None, help=ENGINE_DEFAULT)
@@ -173,33 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--enable-chunked-prefill", action="store_true")
     serve.add_argument("--async-scheduling", action="store_true")
     serve.add_argument("--enforce-eager", action="store_true")
+    serve.add_argument("--tensor-parallel-size", type=int, default=None,
+                       help="split the model over N processes (N GPUs with NCCL; gloo on the CPU); " + ENGINE_DEFAULT)
     serve.add_argument("--lifecycle-log", default=None, help="write the lifecycle log (JSONL) here")
     serve.set_defaults(func=_cmd_serve)
 
-    bench = sub.add_parser("bench", help="measure output throughput offline, or load a server (`bench serve`)")
     bench.add_argument("mode", nargs="?", choices=["offline", "serve"], default="offline",
                        help="offline: the engine in this process; serve: an HTTP server at --url")
-    bench.add_argument("--workload", choices=["bench-256", "quick"], default="quick")
-    bench.add_argument("--shape", choices=["qwen3-0.6b"], default="qwen3-0.6b",
-                       help="random-weight model of this shape (no download)")
-    bench.add_argument("--model", default=None, help="a real Hugging Face checkpoint folder instead of --shape")
-    bench.add_argument("--compare", choices=["hf", "none"], default="none")
-    bench.add_argument("--hf-batch-size", type=int, default=256,
-                       help="the largest transformers batch tried with --compare hf (halved on out-of-memory)")
-    bench.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
-    bench.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
-    bench.add_argument("--backend", choices=BACKENDS, default=None, help=ENGINE_DEFAULT)
-    bench.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
-    bench.add_argument("--scheduling", choices=["async", "sync", "both"], default="async",
-                       help="async: schedule step k+1 while step k computes; both: run sync, then async")
-    bench.add_argument("--max-num-seqs", type=int, default=None, help=ENGINE_DEFAULT)
-    bench.add_argument("--max-num-batched-tokens", type=int, default=None,
-                       help="default: the bench's own setting (courseware/bench.py BENCH_ENGINE says which and why)")
-    bench.add_argument("--block-size", type=int, default=None, help=ENGINE_DEFAULT)
-    bench.add_argument("--seed", type=int, default=0, help="the workload's seed (prompts and lengths)")
-    bench.add_argument("--tensor-parallel-size", type=int, default=None,
-                       help="split the model over N GPUs (needs --scheduling sync)")
-    bench.add_argument("--out", default=None, help="write the results as JSON here")
     serve_load = bench.add_argument_group("bench serve (an online load against --url)")
     serve_load.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
     serve_load.add_argument("--served-model-name", default=None, help="default: the server's first model")
@@ -217,6 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve_load.add_argument("--goodput", nargs="*", default=[], metavar="KEY:MS",
                             help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:5000 (milliseconds)")
     serve_load.add_argument("--max-concurrency", type=int, default=None)
+    serve_load.add_argument("--disconnect", type=int, default=0, metavar="N",
+                            help="also send N requests per rate whose clients leave after their first token")
+    serve_load.add_argument("--compare-tokens", default=None, metavar="REPORT",
+                            help="check every request's token ids against an earlier --out report")
     serve_load.add_argument("--plot", default=None, help="write a latency/goodput-vs-rate PNG here")
     bench.set_defaults(func=_cmd_bench)
 

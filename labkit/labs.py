@@ -9,7 +9,8 @@ One lab is one folder, `assignments/labN_<topic>/`:
     golden.json          the golden outputs (generated: `inferlab golden build`)
     golden_gpu.json      the GPU items' golden outputs (generated on a GPU machine)
     bugzoo/              the bug-zoo mutants (instructor only)
-    private/             anything else for instructors only
+    private/             anything else for instructors only; private/source/ is an nbgrader assignment's
+                         source, whose student copy (solutions stubbed, hidden tests removed) a release ships
     *.py                 scripts the students run (e.g. lab 5's `lab5_run.py`), shipped with the handout
 
 `assignments/shared/public/` holds the fixtures every public suite uses
@@ -82,6 +83,15 @@ class Lab:
     def private(self) -> Path:
         return self.folder / "private"
 
+    @property
+    def nbgrader_source(self) -> Path:
+        """private/source/: an nbgrader assignment's source (notebooks with solutions, and their data files).
+
+        A release ships what `nbgrader generate_assignment` would make of it
+        (courseware/nbgrader_edition.py): never the source itself.
+        """
+        return self.private / "source"
+
     def public_tests(self) -> list[Path]:
         """The lab's public test modules: in public/, or (in a student release) where they were generated."""
         where = self.public if self.public.is_dir() else self.folder.parents[1] / GENERATED_TESTS
@@ -132,20 +142,32 @@ def exercise_labs(root: Path = ROOT) -> list[str]:
     return [lab.lab_id for lab in all_labs(root) if lab.public_tests()]
 
 
+def release_labs(root: Path = ROOT) -> list[str]:
+    """Labs a student gets a release of: those with exercises, and graded labs without them (lab 5's report)."""
+    return [lab.lab_id for lab in all_labs(root) if lab.public_tests() or lab.rubric.is_file()]
+
+
+def _place(lab_id: str, root: Path) -> int:
+    labs = {entry.lab_id: entry.number for entry in all_labs(root)}
+    if lab_id not in release_labs(root):
+        raise ValueError(f"unknown lab {lab_id!r}; choose one of {', '.join(release_labs(root))}")
+    return labs[lab_id]
+
+
 def earlier_labs(lab_id: str, root: Path = ROOT) -> list[str]:
-    """The exercise labs before `lab_id`: their regions come filled in a release of `lab_id`."""
-    labs = exercise_labs(root)
-    if lab_id not in labs:
-        raise ValueError(f"unknown lab {lab_id!r}; choose one of {', '.join(labs)}")
-    return labs[:labs.index(lab_id)]
+    """The exercise labs before `lab_id`: their regions come filled in a release of `lab_id`.
+
+    For a lab without exercises (lab 5), every exercise lab before it: its
+    release runs the whole engine, solutions of labs 1-4 included.
+    """
+    place = _place(lab_id, root)
+    return [entry.lab_id for entry in all_labs(root) if entry.number < place and entry.public_tests()]
 
 
 def later_labs(lab_id: str, root: Path = ROOT) -> list[str]:
     """The exercise labs after `lab_id`: their regions are stubs in a release of `lab_id`, their parts stand-ins."""
-    labs = exercise_labs(root)
-    if lab_id not in labs:
-        raise ValueError(f"unknown lab {lab_id!r}; choose one of {', '.join(labs)}")
-    return labs[labs.index(lab_id) + 1:]
+    place = _place(lab_id, root)
+    return [entry.lab_id for entry in all_labs(root) if entry.number > place and entry.public_tests()]
 
 
 def graded_labs(root: Path = ROOT) -> list[str]:

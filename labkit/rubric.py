@@ -13,7 +13,7 @@ Item fields:
     id          unique within the lab
     title       one line for tables and feedback
     points      positive integer
-    kind        pytest | log | blocks | throughput | report
+    kind        pytest | log | blocks | throughput | report | ta
     select      (pytest, log, blocks) pytest node ids or files under the harness's hidden/ folder
     public      (pytest, log, blocks) the public tests of the same behaviour, `test_file.py::test_name`:
                 the self-check scores the item from them, so no rule is tested only in hidden tests
@@ -21,7 +21,10 @@ Item fields:
     gpu         true when the item needs CUDA (reported `blocked` without it)
     + kind-specific fields: throughput (workload, rounds, min_ratio, requires: item ids),
       report (files, headings, min_words; or check, sections, evidence, min_count, must_name: a content
-      check of grading.report_content, e.g. the report's call chain against a submitted trace)
+      check of grading.report_content, e.g. the report's call chain against a submitted trace; a `runs` check
+      also takes experiments and min_repeats, a `tables` check logged and per_subsection),
+      ta (anchors: [{points, means}], the marks a TA may give and what each means; reads: what to read):
+      judged by a person, `pending` in a result until `grade report` merges the TA's marks
 
 The kinds differ in what is compared and how a difference is explained, not
 in who decides: every verdict is computed by the grader (grading.judge).
@@ -35,7 +38,7 @@ from typing import Any
 
 from labkit.labs import lab as registry_lab
 
-KINDS = ("pytest", "log", "blocks", "throughput", "report")
+KINDS = ("pytest", "log", "blocks", "throughput", "report", "ta")
 OBSERVED_KINDS = ("pytest", "log", "blocks")
 TOTAL = 100
 MAX_DEADLINE_S = 600
@@ -89,8 +92,10 @@ class Rubric:
 
 _COMMON = {"id", "title", "points", "kind", "deadline_s", "select", "public", "gpu", "description"}
 _EXTRA = {"pytest": set(), "log": set(), "blocks": set(), "throughput": {"workload", "rounds", "min_ratio", "requires"},
-          "report": {"files", "headings", "min_words", "check", "sections", "evidence", "min_count", "must_name"}}
-REPORT_CHECKS = ("form", "call_chain", "log_excerpts", "tables", "explanations", "figures")
+          "report": {"files", "headings", "min_words", "check", "sections", "evidence", "min_count", "must_name",
+                     "experiments", "min_repeats", "logged", "per_subsection"},
+          "ta": {"anchors", "reads"}}
+REPORT_CHECKS = ("form", "call_chain", "planes", "log_excerpts", "tables", "explanations", "figures", "runs")
 NEEDS_EVIDENCE = ("call_chain", "log_excerpts", "tables")
 
 
@@ -149,7 +154,7 @@ def _item(raw: dict[str, Any], where: str, seen: dict[str, Item]) -> Item:
         options.setdefault("check", "form")
         if options["check"] not in REPORT_CHECKS:
             raise RubricError(f"{where}: check must be one of {REPORT_CHECKS}, got {options['check']!r}")
-        if options["check"] not in ("form", "figures") and not options.get("sections"):
+        if options["check"] not in ("form", "figures", "runs") and not options.get("sections"):
             raise RubricError(f"{where}: a {options['check']} check names the report sections it reads")
         if options["check"] in NEEDS_EVIDENCE and not options.get("evidence"):
             raise RubricError(f"{where}: a {options['check']} check names its evidence files (globs)")
@@ -160,8 +165,22 @@ def _item(raw: dict[str, Any], where: str, seen: dict[str, Item]) -> Item:
         if isinstance(options["min_count"], bool) or not isinstance(options["min_count"], int) \
                 or options["min_count"] < 0:
             raise RubricError(f"{where}: min_count must be a whole number")
+    if kind == "ta":
+        _check_anchors(options.get("anchors"), points, where)
+        options.setdefault("reads", [])
     return Item(item_id, str(raw.get("title", item_id)), points, kind, float(deadline), tuple(select),
                 tuple(public), gpu, options)
+
+
+def _check_anchors(anchors: Any, points: int, where: str) -> None:
+    """A TA item's anchors: distinct marks from 0 to the item's points, each saying what earns it."""
+    if not isinstance(anchors, list) or not anchors or not all(
+            isinstance(a, dict) and set(a) == {"points", "means"} and isinstance(a["means"], str) and a["means"]
+            and isinstance(a["points"], int) and not isinstance(a["points"], bool) for a in anchors):
+        raise RubricError(f"{where}: a ta item lists anchors, each {{\"points\": N, \"means\": \"...\"}}")
+    marks = [a["points"] for a in anchors]
+    if len(set(marks)) != len(marks) or min(marks) != 0 or max(marks) != points:
+        raise RubricError(f"{where}: anchors are distinct marks from 0 to the item's {points} points, got {marks}")
 
 
 def parse_rubric(data: dict[str, Any], path: Path) -> Rubric:

@@ -101,8 +101,6 @@ class Config:
                                  f"each rank must hold a whole share; pick a size that divides {value}")
         if self.device == "cuda" and torch.cuda.device_count() < n:
             raise ValueError(f"Config.tensor_parallel_size={n} needs {n} GPUs, torch sees {torch.cuda.device_count()}")
-        if self.async_scheduling:
-            raise ValueError("Config.async_scheduling is not supported with tensor_parallel_size > 1 yet")
 
     @property
     def torch_dtype(self) -> torch.dtype:

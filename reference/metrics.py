@@ -151,6 +151,28 @@ def _request_metrics(seq_id: int, events: list[Event]) -> RequestMetrics:
     # <<< EXERCISE lab1.request_metrics
 
 
+@dataclass
+class PhaseTimes:
+    """Where a request's time on the engine went, in seconds (None when undefined), as vLLM splits it."""
+
+    prefill: float | None     # first SCHEDULED -> FIRST_TOKEN
+    decode: float | None      # FIRST_TOKEN -> the last token event
+    inference: float | None   # first SCHEDULED -> the last token event
+
+
+def phase_times(events: list[Event]) -> PhaseTimes:
+    """The prefill, decode and inference time of one request, from its own events.
+
+    A preemption's wait and re-prefill fall into whichever phase it
+    interrupted, as in vLLM, which counts from the first scheduling.
+    """
+    scheduled = _first(events, "SCHEDULED")
+    first_token = _first(events, "FIRST_TOKEN")
+    last_token = next((e for e in reversed(events) if e["event"] in TOKEN_EVENTS), None)
+    return PhaseTimes(_elapsed(scheduled, first_token), _elapsed(first_token, last_token),
+                      _elapsed(scheduled, last_token))
+
+
 def request_metrics(events: Iterable[Event]) -> dict[int, RequestMetrics]:
     """Metrics of every request in the log, keyed by seq_id, in arrival order.
 

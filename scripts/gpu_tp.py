@@ -1,22 +1,35 @@
-"""Tensor parallelism and prefill/decode disaggregation on a 2-GPU machine: correctness and figures.
+"""Tensor parallelism and prefill/decode disaggregation on a 2-GPU machine: checks and figures.
 
 Run by scripts/gpu_tp.sh; every part is independent (a failure is recorded and
 the next part runs) and the whole run keeps to a time budget. Writes
 $OUT/gpu_tp.json and prints a table at the end.
 
-Parts:
-  fp32_equality   TP=2 vs TP=1 greedy tokens, fp32, Qwen3-0.6B shape (random weights)
-  bf16_agreement  the same in bf16: first-token agreement and common-prefix lengths
-  tp_bench        TP=1 vs TP=2 throughput, Qwen3-8B shape, bf16, sync scheduling, one workload
-  allreduce       all-reduce time of one decode step's activations (2 per layer), 2 GPUs, NCCL
-  pd              colocated engine vs prefill GPU + decode GPU: TTFT, TPOT, throughput, KV transfer
+Parts (GPU_TP_PARTS picks some; by default `env,allreduce,tp_bench,small`, about 6.5 minutes on two
+H100s; `gpu_tests,pd,serve` is the second call, about 7 minutes; docs/performance.md has both):
+  env          GPUs, how they are linked, peer access, versions, the NVLink multicast variables
+  allreduce    one all-reduce of a decode step's activations: NCCL eager / in a CUDA graph, the one-shot
+               all-reduce eager / in a graph (results checked against NCCL's); the GPU-to-GPU copy and
+               NCCL send/recv bandwidth; step inputs as pickles over gloo vs the shared-memory channel
+  gpu_tests    the gpu-marked tests of tests/distributed (the one-shot all-reduce; three TP=2 engines made
+               and dropped in one process under a timeout; P/D on the GPU)
+  tp_bench     Qwen3-8B shape (random bf16): TP=1, TP=2 (one-shot all-reduce), TP=2 with NCCL's
+               (GPU_TP_NCCL_VARIANT=1);
+               decode batch 64 and 256 (prompt 128, output 256 tokens, every request at once), three runs
+               each with async scheduling, one with sync; where a decode step's GPU time goes (profiler)
+  small        the same on the Qwen3-0.6B shape, eager TP=1 vs TP=2, and bf16 TP=2 vs TP=1 tokens
+  pd           colocated engine vs prefill GPU + decode GPU (Qwen3-8B shape): TTFT, TPOT, throughput, KV transfer
+  serve        `inferlab serve` at TP=1 and TP=2 (Qwen3-8B shape), `inferlab bench serve` over request rates
+  before       the engine before issue 35 (GPU_TP_OLD: a copy of that tree) at TP=2, sync, graphs: decode batch 64, 256
 """
 from __future__ import annotations
 
 import gc
 import json
 import os
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -26,7 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from courseware.bench import QWEN3_0_6B, make_random_model, make_workload, random_model_dir, run_engine  # noqa: E402
+from courseware.bench import QWEN3_0_6B, make_random_model, make_workload, random_model_dir  # noqa: E402
 
 QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
@@ -34,8 +47,14 @@ QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, nu
 BUDGET_S = float(os.environ.get("GPU_TP_BUDGET_S", 500))
 START = time.monotonic()
 OUT = Path(os.environ.get("OUT", "gpu_tp_out"))
-RESULTS: dict = {"environment": {"torch": torch.__version__, "gpus": [torch.cuda.get_device_name(i)
-                                                                      for i in range(torch.cuda.device_count())]}}
+RESULTS: dict = {}
+PROMPT_LEN, OUTPUT_LEN, BATCHES, REPS = 128, 256, (64, 256), 3
+ENGINE = dict(device="cuda", dtype="bfloat16", max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=512,
+              async_scheduling=True)
+
+
+def log(message: str) -> None:
+    print(f"[{time.monotonic() - START:6.1f} s] {message}", flush=True)
 
 
 def free_gpu() -> None:
@@ -44,71 +63,385 @@ def free_gpu() -> None:
     torch.cuda.empty_cache()
 
 
+def save() -> None:
+    (OUT / "gpu_tp.json").write_text(json.dumps(RESULTS, indent=2, default=str))
+
+
 def part(name: str, min_left_s: float):
     def wrap(fn):
         def run():
             left = BUDGET_S - (time.monotonic() - START)
             if left < min_left_s:
                 RESULTS[name] = {"skipped": f"{left:.0f} s of the budget left, needs {min_left_s:.0f}"}
+                log(f"== {name}: skipped ({left:.0f} s left)")
                 return
             t0 = time.monotonic()
+            log(f"== {name}: start")
             try:
                 RESULTS[name] = fn()
             except Exception:
-                RESULTS[name] = {"error": traceback.format_exc()[-3000:]}
+                RESULTS[name] = {**RESULTS.get(name, {}), "error": traceback.format_exc()[-3000:]}
             RESULTS[name]["part_seconds"] = round(time.monotonic() - t0, 1)
-            print(f"== {name}: {json.dumps(RESULTS[name])[:1500]}", flush=True)
+            log(f"== {name}: {json.dumps(RESULTS[name], default=str)[:2000]}")
             free_gpu()
-            (OUT / "gpu_tp.json").write_text(json.dumps(RESULTS, indent=2))
+            save()
         run.__name__ = name
         return run
     return wrap
 
 
-def greedy(model_dir: str, prompts, max_tokens: int, **config) -> list[list[int]]:
-    from reference import LLM, SamplingParams
-    llm = LLM(model_dir, device="cuda", max_model_len=512, **config)
+# -- env ---------------------------------------------------------------------------------------
+@part("env", 5)
+def env() -> dict:
+    topo = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True).stdout
+    nccl = ".".join(map(str, torch.cuda.nccl.version()))
     try:
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
-        return [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {"torch": torch.__version__, "nccl": nccl, "triton": triton_version,
+            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
+            "peer_access_0_1": torch.cuda.can_device_access_peer(0, 1), "topology": topo,
+            "multicast_env": {k: os.environ.get(k) for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                                                              "NVSHMEM_DISABLE_NVLS")}}
+
+
+# -- allreduce ---------------------------------------------------------------------------------
+def _time_cuda(fn, iters: int) -> float:
+    """Milliseconds per call, by CUDA events, after a warm-up."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / iters
+
+
+def _graph_of(fn, calls: int) -> torch.cuda.CUDAGraph:
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    return graph
+
+
+def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
+    import pickle
+    import numpy as np
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from reference.distributed.custom_all_reduce import OneShotAllReduce, usable
+    from reference.distributed.step_channel import StepChannel, StepSequence, decode, encode
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=2,
+                            device_id=torch.device("cuda", rank))
+    control = dist.new_group(backend="gloo")
+    hidden, per_graph = QWEN3_8B["hidden_size"], 2 * QWEN3_8B["num_hidden_layers"]
+    custom = OneShotAllReduce(rank, 2, torch.bfloat16, 256 * hidden * 2, control) if usable(2) else None
+    rows: dict = {}
+    for tokens in (1, 16, 64, 256, 2048):
+        row: dict = {"bytes": tokens * hidden * 2}
+        x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+        row["nccl_eager_us"] = _time_cuda(lambda: dist.all_reduce(x), 100) * 1e3
+        graph = _graph_of(lambda: dist.all_reduce(x), per_graph)
+        row["nccl_graph_us"] = _time_cuda(graph.replay, 10) * 1e3 / per_graph
+        del graph
+        if custom is not None and custom.fits(x):
+            row["custom_eager_us"] = _time_cuda(lambda: custom(x), 100) * 1e3
+            graph = _graph_of(lambda: custom(x), per_graph)
+            row["custom_graph_us"] = _time_cuda(graph.replay, 10) * 1e3 / per_graph
+            del graph
+            y = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+            z = y.clone()
+            dist.all_reduce(y)
+            custom(z)
+            torch.cuda.synchronize()
+            row["custom_equals_nccl"] = bool(torch.equal(y, z))
+            row["custom_max_abs_diff"] = float((y.float() - z.float()).abs().max())
+            # with the residual add fused in: residual + all_reduce(x), bit for bit
+            y = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+            r1 = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+            r2, z = r1.clone(), y.clone()
+            dist.all_reduce(y)
+            custom(z, residual=r2)
+            torch.cuda.synchronize()
+            row["custom_residual_equals_nccl_plus_add"] = bool(torch.equal(r1 + y, r2))
+        rows[tokens] = row
+    out = {"by_tokens": rows, "custom_available": custom is not None,
+           "custom_error_flag": int(custom.error.item()) if custom is not None else None}
+    # The link: a plain copy GPU 0 -> GPU 1 (peer to peer), and NCCL send/recv, 256 MiB.
+    big = torch.empty(128 * 2**20, dtype=torch.bfloat16, device="cuda")
+    if rank == 0:
+        other = torch.empty_like(big, device="cuda:1")
+        out["p2p_copy_GB_s"] = big.numel() * 2 / (_time_cuda(lambda: other.copy_(big), 10) / 1e3) / 1e9
+        del other
+    dist.barrier()
+    send_ms = _time_cuda(lambda: dist.send(big, 1) if rank == 0 else dist.recv(big, 0), 10)
+    out["nccl_send_recv_GB_s"] = big.numel() * 2 / (send_ms / 1e3) / 1e9
+    del big
+    # Step inputs: one decode step of 256 sequences with 33-block tables, as pickles over gloo
+    # (the old broadcast_object_list) and through the shared-memory channel; per step, pipelined.
+    seqs = [StepSequence(i, [1000 + i], 500, 499, 1, list(range(i * 40, i * 40 + 33))) for i in range(256)]
+    steps = 200
+    dist.barrier(group=control)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        message = [("run", seqs, False)] if rank == 0 else [None]
+        dist.broadcast_object_list(message, src=0, group=control)
+    dist.barrier(group=control)
+    out["pickle_gloo_us_per_step"] = (time.perf_counter() - t0) / steps * 1e6
+    holder: list = [None]
+    if rank == 0:
+        channel = StepChannel(mp.get_context("spawn"), 1, 4 * 2**20)
+        holder[0] = channel.name
+    dist.broadcast_object_list(holder, src=0, group=control)
+    if rank == 1:
+        from multiprocessing import shared_memory
+        channel = StepChannel.__new__(StepChannel)
+        channel.shm, channel.slot_size, channel.next_slot = shared_memory.SharedMemory(name=holder[0]), 4 * 2**20, 0
+    # Semaphores cannot cross this group: the probe passes the slots in lock step over gloo instead
+    # and times only the encode + copy-in (rank 0) and copy-out + decode (rank 1) of each message.
+    t_send = t_receive = 0.0
+    for i in range(steps):
+        if rank == 0:
+            e0 = time.perf_counter()
+            arrays = encode(seqs, False)
+            base = channel.next_slot * channel.slot_size
+            header = pickle.dumps(("run", (False, False), [(k, len(a)) for k, a in arrays.items()]))
+            channel.shm.buf[base:base + len(header)] = header
+            offset = base + 4096
+            for a in arrays.values():
+                np.frombuffer(channel.shm.buf, dtype=np.int64, count=len(a), offset=offset)[:] = a
+                offset += 8 * len(a)
+            t_send += time.perf_counter() - e0
+            shapes = [(k, len(a)) for k, a in arrays.items()]
+        dist.barrier(group=control)
+        if rank == 1:
+            e0 = time.perf_counter()
+            base = channel.next_slot * channel.slot_size
+            method, flags, shapes = pickle.loads(bytes(channel.shm.buf[base:base + 4096]))
+            got, offset = {}, base + 4096
+            for name, n in shapes:
+                got[name] = np.frombuffer(channel.shm.buf, dtype=np.int64, count=n, offset=offset).copy()
+                offset += 8 * n
+            decoded = decode(got, False)
+            t_receive += time.perf_counter() - e0
+            assert len(decoded) == 256 and decoded[5].block_table == seqs[5].block_table
+        dist.barrier(group=control)
+    times = [None, None]
+    dist.all_gather_object(times, (t_send / steps * 1e6, t_receive / steps * 1e6), group=control)
+    out["shm_rank0_encode_copy_us"], out["shm_worker_copy_decode_us"] = times[0][0], times[1][1]
+    dist.barrier(group=control)
+    channel.shm.close()
+    if rank == 0:
+        try:
+            channel.shm.unlink()
+        except FileNotFoundError:
+            pass
+        Path(result_file).write_text(json.dumps(out))
+    if custom is not None:
+        torch.cuda.synchronize()
+        custom.close()
+    dist.destroy_process_group()
+
+
+@part("allreduce", 40)
+def allreduce() -> dict:
+    import torch.multiprocessing as mp
+    tmp = tempfile.mkdtemp()
+    result = os.path.join(tmp, "allreduce.json")
+    mp.start_processes(_allreduce_rank, args=(os.path.join(tmp, "init"), result), nprocs=2, start_method="spawn")
+    out = json.loads(Path(result).read_text())
+    ok = out["custom_available"] and not out["custom_error_flag"] and all(
+        r.get("custom_equals_nccl", True) and r.get("custom_residual_equals_nccl_plus_add", True)
+        for r in out["by_tokens"].values())
+    out["custom_ok"] = bool(ok)
+    if not ok:   # the rest of the run measures what works
+        os.environ["INFERLAB_TP_ALL_REDUCE"] = "nccl"
+    out["note"] = ("per decode step of the 8B shape: 2 all-reduces per layer x 36 layers = 72 (+1 in the embedding); "
+                   "*_graph_us: 72 calls captured in one CUDA graph, per call")
+    return out
+
+
+# -- gpu_tests -----------------------------------------------------------------------------------
+@part("gpu_tests", 120)
+def gpu_tests() -> dict:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--device", "cuda",
+           "tests/distributed/test_custom_all_reduce.py", "tests/distributed/test_tensor_parallel.py",
+           "tests/distributed/test_disaggregation.py", "-k", "gpu or two_gpus or one_gpu"]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return {"command": " ".join(cmd[1:]), "returncode": proc.returncode, "seconds": round(time.monotonic() - t0, 1),
+            "tail": (proc.stdout + proc.stderr)[-2500:]}
+
+
+# -- engines ------------------------------------------------------------------------------------
+def prompts_for(vocab: int, batch: int, seed: int) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab, (batch, PROMPT_LEN), generator=gen).tolist()
+
+
+def build(model: str, tp: int, **overrides):
+    from reference import LLM, SamplingParams
+    t0 = time.monotonic()
+    llm = LLM(model, tensor_parallel_size=tp, **{**ENGINE, **overrides})
+    llm.generate([[1, 2, 3, 4]] * 4, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True), use_tqdm=False)
+    return llm, time.monotonic() - t0
+
+
+def close(llm) -> None:
+    if hasattr(llm.model_runner, "close"):
+        llm.model_runner.close()
+    del llm
+    free_gpu()
+
+
+BANDS = (("all_reduce", ("one_shot_all_reduce", "AllReduce")), ("all_gather", ("AllGather",)),
+         ("broadcast", ("Broadcast",)), ("attention", ("paged", "attention", "decode_kernel", "flash")),
+         ("gemm", ("gemm", "nvjet", "sm90", "cutlass", "cublas", "Kernel2")))
+
+
+PROFILE_ACTIVITIES = [torch.profiler.ProfilerActivity.CUDA]
+
+
+def band_of(name: str) -> str:
+    for band, keys in BANDS:
+        if any(k in name for k in keys):
+            return band
+    return "other"
+
+
+def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int = 0) -> dict:
+    """Every request at once; output tok/s over the whole run, and the decode step period at full batch."""
+    from reference import SamplingParams
+    from reference.engine.collector import full_collections_deferred
+    params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
+    batch = len(prompts)
+    sent = {"n": 0, "s": 0.0}
+    runner = llm.model_runner
+    if hasattr(runner, "_send"):
+        plain = runner._send
+
+        def timed_send(*args, **kwargs):
+            t = time.perf_counter()
+            plain(*args, **kwargs)
+            sent["s"] += time.perf_counter() - t
+            sent["n"] += 1
+        runner._send = timed_send
+    gc.collect()
+    gc.freeze()
+    torch.cuda.synchronize()
+    periods, prof, profiled = [], None, 0
+    with full_collections_deferred():
+        start = last = time.perf_counter()
+        for p in prompts:
+            llm.add_request(p, params)
+        while not llm.is_finished():
+            full = llm.num_running == batch and llm.num_waiting == 0
+            if profile_steps and prof is None and full and len(periods) > 8 + batch // 64:
+                prof = torch.profiler.profile(activities=PROFILE_ACTIVITIES)
+                prof.__enter__()
+            llm.step()
+            now = time.perf_counter()
+            periods.append((now - last, full))
+            last = now
+            if prof is not None and profiled < profile_steps:
+                profiled += 1
+                if profiled == profile_steps:
+                    torch.cuda.synchronize()
+                    prof.__exit__(None, None, None)
+        torch.cuda.synchronize()
+        end = time.perf_counter()
+        if prof is not None and profiled < profile_steps:    # the run ended first: keep what was seen
+            prof.__exit__(None, None, None)
+            profile_steps = max(1, profiled)
+    gc.unfreeze()
+    if hasattr(runner, "_send"):
+        del runner._send
+    tokens = sum(len(s.output_token_ids) for s in llm.finished.values())
+    llm.finished.clear()
+    decode = [p for p, full in periods if full]
+    out = {"batch": batch, "output_tokens": tokens, "elapsed_s": end - start, "output_tok_per_s": tokens / (end - start),
+           "steps": len(periods), "decode_step_ms_median": statistics.median(decode) * 1e3 if decode else None,
+           "send_us_per_step": sent["s"] / sent["n"] * 1e6 if sent["n"] else None}
+    if prof is not None:
+        bands: dict[str, float] = {}
+        kernels = []
+        for e in prof.key_averages():
+            t = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0) \
+                if PROFILE_ACTIVITIES == [torch.profiler.ProfilerActivity.CUDA] else e.self_cpu_time_total
+            if t:
+                bands[band_of(e.key)] = bands.get(band_of(e.key), 0.0) + t / 1e3 / profile_steps
+                kernels.append((round(t / 1e3 / profile_steps, 4), e.count // profile_steps, e.key[:90]))
+        out["gpu_ms_per_step_by_band"] = {k: round(v, 3) for k, v in sorted(bands.items(), key=lambda kv: -kv[1])}
+        out["top_kernels_ms_calls_per_step"] = sorted(kernels, reverse=True)[:25]
+        out["profiled_steps"] = profile_steps
+    return out
+
+
+def all_reduce_kind() -> str:
+    from reference import parallel_state
+    fast = parallel_state._STATE.fast_all_reduce
+    return "one-shot (CUDA IPC)" if fast is not None else "nccl"
+
+
+def custom_error() -> int | None:
+    from reference import parallel_state
+    fast = parallel_state._STATE.fast_all_reduce
+    return int(fast.error.item()) if fast is not None else None
+
+
+def bench_engine(model: str, vocab: int, tp: int, reps: int, sync_reps: int = int(os.environ.get("GPU_TP_SYNC_REPS", 1)),
+                 profile: bool = True,
+                 batches=BATCHES, output_len: int = OUTPUT_LEN, **overrides) -> dict:
+    llm, built = build(model, tp, **overrides)
+    out = {"build_s": round(built, 1), "all_reduce": all_reduce_kind() if tp > 1 else None,
+           "cuda_graphs": bool(llm.model_runner.graphs), "runs": []}
+    try:
+        for batch in batches:    # untimed: a batch's first prefill meets new shapes (kernel loads, compiles)
+            timed_run(llm, prompts_for(vocab, batch, seed=5 + batch), 16)
+        for rep in range(reps):
+            for batch in batches:
+                r = timed_run(llm, prompts_for(vocab, batch, seed=1000 * rep + batch), output_len)
+                out["runs"].append({"rep": rep, "scheduling": "async" if llm.config.async_scheduling else "sync", **r})
+                log(f"TP={tp} rep {rep} batch {batch}: {r['output_tok_per_s']:,.0f} tok/s, "
+                    f"step {r['decode_step_ms_median']:.2f} ms")
+        if sync_reps and llm.config.async_scheduling:
+            llm.config.async_scheduling = False
+            for batch in batches:
+                r = timed_run(llm, prompts_for(vocab, batch, seed=77 + batch), output_len)
+                out["runs"].append({"rep": 0, "scheduling": "sync", **r})
+                log(f"TP={tp} sync batch {batch}: {r['output_tok_per_s']:,.0f} tok/s")
+            llm.config.async_scheduling = True
+        if profile:
+            for batch in batches:
+                r = timed_run(llm, prompts_for(vocab, batch, seed=99 + batch), min(output_len, 64), profile_steps=6)
+                out[f"profile_batch{batch}"] = {k: r.get(k) for k in ("gpu_ms_per_step_by_band", "decode_step_ms_median",
+                                                                       "top_kernels_ms_calls_per_step")}
+        out["custom_error_flag"] = custom_error() if tp > 1 else None
     finally:
-        if hasattr(llm.model_runner, "close"):
-            llm.model_runner.close()
-        del llm
-        free_gpu()
+        close(llm)
+    return out
 
 
-def tp_pair(dtype: str, max_tokens: int = 32) -> tuple[list, list]:
-    model = str(make_random_model(random_model_dir("qwen3-0.6b", dtype), shape=QWEN3_0_6B,
-                                  dtype=getattr(torch, dtype)))
-    prompts = [r.prompt[:200] for r in make_workload("quick", QWEN3_0_6B["vocab_size"], seed=1)[:16]]
-    # Eager (no CUDA graphs, no compiled elementwise ops): the comparison is about the split alone;
-    # tp_bench runs TP=2 with graphs.
-    one = greedy(model, prompts, max_tokens, dtype=dtype, tensor_parallel_size=1, enforce_eager=True)
-    two = greedy(model, prompts, max_tokens, dtype=dtype, tensor_parallel_size=2, enforce_eager=True)
-    return one, two
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-
-
-@part("fp32_equality", 60)
-def fp32_equality() -> dict:
-    one, two = tp_pair("float32")
-    prefixes = [common_prefix(a, b) for a, b in zip(one, two)]
-    return {"equal": one == two, "prompts": len(one), "prompts_equal": sum(a == b for a, b in zip(one, two)),
-            "common_prefix": prefixes}
-
-
-@part("bf16_agreement", 60)
-def bf16_agreement() -> dict:
-    one, two = tp_pair("bfloat16")
-    prefixes = [common_prefix(a, b) for a, b in zip(one, two)]
-    first_equal = sum(a[0] == b[0] for a, b in zip(one, two)) / len(one)
-    return {"first_token_agreement": first_equal, "within_tolerance": first_equal >= 0.9,
-            "tolerance": "first generated token equal for >= 90% of prompts", "common_prefix": prefixes,
-            "prompts_equal": sum(a == b for a, b in zip(one, two)), "prompts": len(one)}
+def summarize(results: dict, names: tuple[str, str]) -> dict:
+    """Per batch: median tok/s of the async runs of each engine, and the ratios run by run."""
+    base, other = results[names[0]], results[names[1]]
+    out = {}
+    for batch in BATCHES:
+        a = [r["output_tok_per_s"] for r in base["runs"] if r["batch"] == batch and r["scheduling"] == "async"]
+        b = [r["output_tok_per_s"] for r in other["runs"] if r["batch"] == batch and r["scheduling"] == "async"]
+        if a and b:
+            out[f"batch{batch}"] = {"ratio_per_run": [round(y / x, 3) for x, y in zip(a, b)],
+                                    "ratio_of_medians": round(statistics.median(b) / statistics.median(a), 3)}
+    return out
 
 
 def model_8b() -> str:
@@ -121,72 +454,67 @@ def model_0_6b() -> str:
                                  dtype=torch.bfloat16))
 
 
-BENCH_CONFIG = dict(device="cuda", dtype="bfloat16", max_num_seqs=64, max_num_batched_tokens=8192,
-                    async_scheduling=False)
-
-
-@part("tp_bench", 200)
+@part("tp_bench", 150)
 def tp_bench() -> dict:
     t0 = time.monotonic()
     model = model_8b()
-    print(f"tp_bench: 8B model ready in {time.monotonic() - t0:.0f} s", flush=True)
-    requests = make_workload("quick", QWEN3_8B["vocab_size"], seed=0)
-    out = {"workload": "quick (64 requests, prompt and output 32..256)", "model": "Qwen3-8B shape, random bf16"}
-    for tp in (1, 2):
-        r = None
+    out = {"model": "Qwen3-8B shape, random bf16",
+           "workload": f"decode batch B: B requests of {PROMPT_LEN} prompt tokens, {OUTPUT_LEN} output tokens each, "
+                       "all submitted at once; output tok/s over the whole run (prefill included)",
+           "model_build_s": round(time.monotonic() - t0, 1)}
+    RESULTS["tp_bench"] = out
+    log(f"tp_bench: 8B model ready in {time.monotonic() - t0:.0f} s")
+    out["tp1"] = bench_engine(model, QWEN3_8B["vocab_size"], 1, REPS)
+    save()
+    out["tp2"] = bench_engine(model, QWEN3_8B["vocab_size"], 2, REPS)
+    out["tp2_over_tp1"] = summarize(out, ("tp1", "tp2"))
+    save()
+    if os.environ.get("GPU_TP_NCCL_VARIANT", "0") == "1" and BUDGET_S - (time.monotonic() - START) > 150 \
+            and out["tp2"]["all_reduce"] != "nccl":
+        saved = os.environ.get("INFERLAB_TP_ALL_REDUCE")
+        os.environ["INFERLAB_TP_ALL_REDUCE"] = "nccl"
         try:
-            r = run_engine(model, requests, tensor_parallel_size=tp, **BENCH_CONFIG)
-        except Exception:
-            out[f"tp{tp}_graphs_error"] = traceback.format_exc()[-1500:]
-        if r is None:   # outside the except block, so the failed engine's frames are gone and it can be freed
-            free_gpu()
-            r = run_engine(model, requests, tensor_parallel_size=tp, enforce_eager=True, **BENCH_CONFIG)
-        free_gpu()
-        print(f"tp_bench: TP={tp} {r['output_tok_per_s']:.0f} out tok/s ({time.monotonic() - t0:.0f} s)", flush=True)
-        out[f"tp{tp}"] = {k: r[k] for k in ("output_tok_per_s", "total_tok_per_s", "elapsed_s", "steps", "ttft_s",
-                                            "tpot_s", "cuda_graphs", "attention_backend", "num_kvcache_blocks")}
-    out["tp2_over_tp1"] = out["tp2"]["output_tok_per_s"] / out["tp1"]["output_tok_per_s"]
+            out["tp2_nccl"] = bench_engine(model, QWEN3_8B["vocab_size"], 2, 1)
+        finally:
+            if saved is None:
+                os.environ.pop("INFERLAB_TP_ALL_REDUCE", None)
+            else:
+                os.environ["INFERLAB_TP_ALL_REDUCE"] = saved
+        out["tp2_nccl_over_tp1"] = summarize(out, ("tp1", "tp2_nccl"))
     return out
 
 
-def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
-    import torch.distributed as dist
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=2,
-                            device_id=torch.device("cuda", rank))
-    rows = {}
-    for tokens in (1, 16, 64, 256, 2048):
-        x = torch.randn(tokens, QWEN3_8B["hidden_size"], dtype=torch.bfloat16, device="cuda")
-        for _ in range(10):
-            dist.all_reduce(x)
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(100):
-            dist.all_reduce(x)
-        end.record()
-        torch.cuda.synchronize()
-        per_call_ms = start.elapsed_time(end) / 100
-        rows[tokens] = {"per_call_us": per_call_ms * 1000,
-                        "per_step_ms": per_call_ms * 2 * QWEN3_8B["num_hidden_layers"],
-                        "bytes": x.numel() * x.element_size()}
-    if rank == 0:
-        Path(result_file).write_text(json.dumps(rows))
-    dist.destroy_process_group()
+@part("small", 90)
+def small() -> dict:
+    model = model_0_6b()
+    vocab = QWEN3_0_6B["vocab_size"]
+    out = {"model": "Qwen3-0.6B shape, random bf16"}
+    RESULTS["small"] = out
+    out["tp1"] = bench_engine(model, vocab, 1, 2, sync_reps=0)
+    out["tp2"] = bench_engine(model, vocab, 2, 2, sync_reps=0)
+    out["tp2_over_tp1"] = summarize(out, ("tp1", "tp2"))
+    save()
+    for tp in (1, 2):   # eager: no CUDA graphs, no compiled elementwise ops
+        out[f"eager_tp{tp}"] = bench_engine(model, vocab, tp, 1, sync_reps=0, profile=False, batches=(64,),
+                                            output_len=128, enforce_eager=True)
+    e1, e2 = (out[f"eager_tp{tp}"]["runs"][0]["output_tok_per_s"] for tp in (1, 2))
+    out["eager_tp2_over_tp1"] = round(e2 / e1, 3)
+    # bf16 tokens: TP=2 (graphs, one-shot all-reduce) against TP=1
+    from reference import LLM, SamplingParams
+    prompts = [r.prompt[:200] for r in make_workload("quick", vocab, seed=1)[:16]]
+    params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
+    tokens = {}
+    for tp in (1, 2):
+        llm = LLM(model, tensor_parallel_size=tp, **{**ENGINE, "max_num_seqs": 16})
+        tokens[tp] = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+        close(llm)
+    first = sum(a[0] == b[0] for a, b in zip(tokens[1], tokens[2])) / len(prompts)
+    out["bf16_tokens"] = {"first_token_agreement": first, "within_tolerance": first >= 0.9,
+                          "prompts_equal": sum(a == b for a, b in zip(tokens[1], tokens[2])), "prompts": len(prompts)}
+    return out
 
 
-@part("allreduce", 40)
-def allreduce() -> dict:
-    import tempfile
-    import torch.multiprocessing as mp
-    tmp = tempfile.mkdtemp()
-    result = os.path.join(tmp, "allreduce.json")
-    mp.start_processes(_allreduce_rank, args=(os.path.join(tmp, "init"), result), nprocs=2, start_method="spawn")
-    return {"note": "one all-reduce per row-parallel layer (o_proj, down_proj): 2 per layer, 36 layers; "
-                    "per_step_ms = 2 * 36 * per_call; tokens = decode batch size (or prefill tokens)",
-            "by_tokens": json.loads(Path(result).read_text())}
-
-
+# -- pd -----------------------------------------------------------------------------------------
 def _summary(ttfts, tpots, tokens, elapsed) -> dict:
     pct = lambda xs, q: sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] if xs else None
     return {"ttft_p50_ms": pct(ttfts, 0.5) * 1e3, "ttft_p99_ms": pct(ttfts, 0.99) * 1e3,
@@ -195,20 +523,17 @@ def _summary(ttfts, tpots, tokens, elapsed) -> dict:
             "output_tok_per_s": tokens / elapsed, "elapsed_s": elapsed}
 
 
-@part("pd", 150)
+@part("pd", 90)
 def pd() -> dict:
     from reference import LLM, SamplingParams
     from reference.distributed.disaggregation import DisaggregatedLLM
     from reference.metrics import request_metrics
-    left = BUDGET_S - (time.monotonic() - START)
-    shape = "Qwen3-8B" if left > 280 else "Qwen3-0.6B"   # the smaller shape when the budget is short
-    model = model_8b() if shape == "Qwen3-8B" else model_0_6b()
+    model = model_8b()
     requests = make_workload("quick", QWEN3_8B["vocab_size"], seed=0)
     params = [SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True) for r in requests]
     prompts = [r.prompt for r in requests]
     config = dict(device="cuda", dtype="bfloat16", max_num_seqs=64, max_num_batched_tokens=8192, max_model_len=1024)
-    out = {"workload": "quick (64 requests submitted at once)", "model": f"{shape} shape, random bf16"}
-
+    out = {"workload": "quick (64 requests submitted at once)", "model": "Qwen3-8B shape, random bf16"}
     llm = LLM(model, **config)
     llm.generate(prompts[:4], params[:4], use_tqdm=False)    # warm-up
     first = len(llm.log.events)
@@ -220,7 +545,6 @@ def pd() -> dict:
                                 sum(len(o["token_ids"]) for o in colocated), elapsed)
     del llm
     free_gpu()
-
     pd_llm = DisaggregatedLLM(model, **config)
     try:
         pd_llm.generate(prompts[:4], params[:4])                  # warm-up
@@ -236,63 +560,185 @@ def pd() -> dict:
     out["tokens_equal_colocated"] = [r["token_ids"] for r in results] == [o["token_ids"] for o in colocated]
     transfers = sorted((r["kv_bytes"], r["kv_transfer_s"]) for r in results if r["kv_bytes"])
     out["kv_transfer"] = {
-        "requests": len(transfers),
-        "total_bytes": sum(b for b, _ in transfers), "total_s": sum(s for _, s in transfers),
-        "GB_per_s_overall": sum(b for b, _ in transfers) / max(1e-9, sum(s for _, s in transfers)) / 1e9,
-        "smallest": {"bytes": transfers[0][0], "ms": transfers[0][1] * 1e3},
+        "requests": len(transfers), "total_bytes": sum(b for b, _ in transfers),
+        "posted_to_seen_complete_s_total": sum(s for _, s in transfers),
         "median": {"bytes": transfers[len(transfers) // 2][0], "ms": transfers[len(transfers) // 2][1] * 1e3},
-        "largest": {"bytes": transfers[-1][0], "ms": transfers[-1][1] * 1e3},
-        "all_bytes_ms": [(b, round(s * 1e3, 3)) for b, s in transfers],
-    }
+        "note": "seconds: from the receive's post to the poll that saw it complete (an upper bound); "
+                "the link itself: allreduce.nccl_send_recv_GB_s and p2p_copy_GB_s"}
     return out
 
 
+# -- serve ---------------------------------------------------------------------------------------
+def _serve_curve(model: str, tp: int, rates: list[str], num_prompts: int) -> dict:
+    import socket
+    import httpx
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "inferlab.cli", "serve", model, "--port", str(port), "--device", "cuda",
+           "--dtype", "bfloat16", "--max-num-seqs", "256", "--max-model-len", "1024", "--async-scheduling",
+           "--tensor-parallel-size", str(tp)]
+    server = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    t0 = time.monotonic()
+    try:
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() - t0 > 180:
+                raise RuntimeError(f"server did not start: {server.stdout.read()[-2000:]}")
+            time.sleep(0.5)
+        started = time.monotonic() - t0
+        report = Path(tempfile.mkdtemp()) / "serve.json"
+        bench = [sys.executable, "-m", "inferlab.cli", "bench", "serve", "--url", f"http://127.0.0.1:{port}",
+                 "--num-prompts", str(num_prompts), "--random-input-len", "256", "--random-output-len", "128",
+                 "--request-rate", *rates, "--out", str(report)]
+        proc = subprocess.run(bench, cwd=ROOT, capture_output=True, text=True, timeout=240)
+        curve = json.loads(report.read_text()) if report.exists() else {"error": proc.stdout[-2000:] + proc.stderr[-2000:]}
+        return {"server_start_s": round(started, 1), "command": " ".join(cmd[2:]), "bench": " ".join(bench[2:]),
+                "table": proc.stdout[-2500:], "report": curve}
+    finally:
+        import signal
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        free_gpu()
+
+
+@part("serve", 100)
+def serve() -> dict:
+    small_shape = os.environ.get("GPU_TP_SERVE_SHAPE", "8b") == "0.6b"
+    model = model_0_6b() if small_shape else model_8b()
+    rates = os.environ.get("GPU_TP_SERVE_RATES", "8 32 inf").split()
+    out = {"model": f"Qwen3-{'0.6B' if small_shape else '8B'} shape, random bf16", "rates": rates}
+    RESULTS["serve"] = out
+    for tp in (1, 2):
+        out[f"tp{tp}"] = _serve_curve(model, tp, rates, num_prompts=int(os.environ.get("GPU_TP_SERVE_PROMPTS", 128)))
+        save()
+    return out
+
+
+# -- before --------------------------------------------------------------------------------------
+@part("before", 100)
+def before() -> dict:
+    """The engine before issue 35, TP=2 (sync scheduling: it had no other), graphs, in a child process
+    that is killed once it has printed its figures (that engine could hang at exit)."""
+    old = os.environ.get("GPU_TP_OLD")
+    if not old:
+        return {"skipped": "GPU_TP_OLD not set"}
+    model = model_8b()
+    shutil_copy = Path(old) / "scripts" / "gpu_tp.py"
+    shutil_copy.parent.mkdir(parents=True, exist_ok=True)
+    shutil_copy.write_text(Path(__file__).read_text())
+    cmd = [sys.executable, str(shutil_copy), "--child-bench", model, "2", "sync"]
+    proc = subprocess.Popen(cmd, cwd=old, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, result = [], None
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("CHILD_RESULT "):
+            result = json.loads(line[len("CHILD_RESULT "):])
+            break
+    exit_wait = time.monotonic()
+    try:
+        proc.wait(30)
+        exited = f"exited by itself in {time.monotonic() - exit_wait:.1f} s (code {proc.returncode})"
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        exited = "did not exit within 30 s of finishing: killed"
+    subprocess.run(["pkill", "-P", str(proc.pid)], check=False)
+    return {"result": result, "exit": exited, "log_tail": "".join(lines)[-1500:]}
+
+
+def child_bench(model: str, tp: int, scheduling: str) -> None:
+    """In the old tree: one engine, decode batch 64 and 256, one run each; prints CHILD_RESULT {...}."""
+    ENGINE["async_scheduling"] = scheduling == "async"
+    llm, built = build(model, tp)
+    runs = [timed_run(llm, prompts_for(QWEN3_8B["vocab_size"], b, seed=b), OUTPUT_LEN) for b in BATCHES]
+    print("CHILD_RESULT " + json.dumps({"build_s": built, "runs": runs}), flush=True)
+    if hasattr(llm.model_runner, "close"):
+        llm.model_runner.close()
+
+
+# -- table -----------------------------------------------------------------------------------------
 def table() -> None:
     print("\n==================== gpu_tp summary ====================")
-    for name in ("fp32_equality", "bf16_agreement", "allreduce", "tp_bench", "pd"):
-        r = RESULTS.get(name)
-        if r is None:
+    for name, r in RESULTS.items():
+        if not isinstance(r, dict):
             continue
         if "error" in r or "skipped" in r:
-            print(f"{name:16s} {'ERROR' if 'error' in r else 'SKIPPED'}: {(r.get('error') or r.get('skipped'))[-300:]}")
-            continue
-        if name == "fp32_equality":
-            print(f"{name:16s} equal={r['equal']} ({r['prompts_equal']}/{r['prompts']} prompts) prefixes={r['common_prefix']}")
-        elif name == "bf16_agreement":
-            print(f"{name:16s} first-token agreement {r['first_token_agreement']:.2f} (tolerance >= 0.90: "
-                  f"{r['within_tolerance']}); prompts equal {r['prompts_equal']}/{r['prompts']}")
-        elif name == "tp_bench":
-            for tp in ("tp1", "tp2"):
-                e = r[tp]
-                print(f"{name:16s} {tp}: {e['output_tok_per_s']:,.0f} out tok/s, {e['elapsed_s']:.2f} s, "
-                      f"TPOT p50 {e['tpot_s']['p50'] * 1e3:.1f} ms, graphs {e['cuda_graphs']}")
-            print(f"{name:16s} TP2/TP1 = {r['tp2_over_tp1']:.2f}")
-            ar = RESULTS.get("allreduce", {}).get("by_tokens", {}).get("64")
-            if ar:
-                print(f"{name:16s} all-reduce at batch 64: {ar['per_step_ms']:.2f} ms of TP2's TPOT p50 "
-                      f"{r['tp2']['tpot_s']['p50'] * 1e3:.1f} ms")
-        elif name == "allreduce":
+            print(f"{name:10s} {'ERROR' if 'error' in r else 'SKIPPED'}: {str(r.get('error') or r.get('skipped'))[-600:]}")
+        if name == "allreduce" and "by_tokens" in r:
+            print(f"{name:10s} custom ok {r.get('custom_ok')}; p2p copy {r.get('p2p_copy_GB_s', 0):.0f} GB/s, "
+                  f"NCCL send/recv {r.get('nccl_send_recv_GB_s', 0):.0f} GB/s; step inputs: pickles/gloo "
+                  f"{r.get('pickle_gloo_us_per_step', 0):.0f} us, shm rank0 {r.get('shm_rank0_encode_copy_us') or 0:.0f} us "
+                  f"+ worker {r.get('shm_worker_copy_decode_us') or 0:.0f} us")
             for tokens, row in r["by_tokens"].items():
-                print(f"{name:16s} {tokens:>5} tokens: {row['per_call_us']:.1f} us/call, {row['per_step_ms']:.2f} ms/step")
-        elif name == "pd":
+                print(f"{'':10s} {tokens:>5} tok: NCCL eager {row['nccl_eager_us']:.1f} graph {row['nccl_graph_us']:.1f} us; "
+                      f"one-shot eager {row.get('custom_eager_us', float('nan')):.1f} graph "
+                      f"{row.get('custom_graph_us', float('nan')):.1f} us")
+        elif name == "gpu_tests":
+            print(f"{name:10s} rc={r.get('returncode')} {r.get('tail', '').strip().splitlines()[-1:]}")
+        elif name in ("tp_bench", "small"):
+            for key in ("tp1", "tp2", "tp2_nccl", "eager_tp1", "eager_tp2"):
+                e = r.get(key)
+                if not e:
+                    continue
+                for run in e["runs"]:
+                    print(f"{name:10s} {key:9s} {run['scheduling']:5s} B={run['batch']:3d} rep {run['rep']}: "
+                          f"{run['output_tok_per_s']:8,.0f} tok/s, step {run['decode_step_ms_median'] or 0:.2f} ms, "
+                          f"send {run['send_us_per_step'] or 0:.0f} us")
+                for batch in BATCHES:
+                    p = e.get(f"profile_batch{batch}")
+                    if p:
+                        print(f"{name:10s} {key:9s} profile B={batch}: {p['gpu_ms_per_step_by_band']}")
+                        for ms, calls, kernel in (p.get("top_kernels_ms_calls_per_step") or [])[:8]:
+                            print(f"{'':10s}   {ms:7.3f} ms {calls:4d}x {kernel[:70]}")
+            for key in ("tp2_over_tp1", "tp2_nccl_over_tp1", "eager_tp2_over_tp1", "bf16_tokens"):
+                if key in r:
+                    print(f"{name:10s} {key}: {r[key]}")
+        elif name == "pd" and "colocated" in r:
             for kind in ("colocated", "disaggregated"):
                 e = r[kind]
-                print(f"{name:16s} {kind:13s} TTFT p50 {e['ttft_p50_ms']:.1f} ms, TPOT p50 {e['tpot_p50_ms']:.1f} ms, "
+                print(f"{name:10s} {kind:13s} TTFT p50 {e['ttft_p50_ms']:.1f} ms, TPOT p50 {e['tpot_p50_ms']:.1f} ms, "
                       f"{e['output_tok_per_s']:,.0f} out tok/s")
-            k = r["kv_transfer"]
-            print(f"{name:16s} tokens equal: {r['tokens_equal_colocated']}; KV {k['total_bytes'] / 2**20:.0f} MiB in "
-                  f"{k['total_s'] * 1e3:.0f} ms ({k['GB_per_s_overall']:.1f} GB/s); median {k['median']}")
+            print(f"{name:10s} tokens equal {r['tokens_equal_colocated']}; KV {r['kv_transfer']}")
+        elif name == "serve":
+            for tp in ("tp1", "tp2"):
+                if tp in r:
+                    print(f"{name:10s} {tp}:\n{r[tp].get('table', r[tp])}")
+        elif name == "before" and r.get("result"):
+            for run in r["result"]["runs"]:
+                print(f"{name:10s} B={run['batch']}: {run['output_tok_per_s']:,.0f} tok/s, step "
+                      f"{run['decode_step_ms_median'] or 0:.2f} ms; {r['exit']}")
     print(f"total {time.monotonic() - START:.0f} s; JSON in {OUT / 'gpu_tp.json'}")
 
 
+PARTS = (env, allreduce, gpu_tests, tp_bench, small, pd, serve, before)
+DEFAULT_PARTS = "env,allreduce,tp_bench,small"
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-bench":
+        child_bench(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+        sys.exit(0)
     OUT.mkdir(parents=True, exist_ok=True)
+    import faulthandler
+    faulthandler.dump_traceback_later(float(os.environ.get("GPU_TP_DUMP_AFTER_S", 555)))   # where a stuck run stands
     if torch.cuda.device_count() < 2:
         RESULTS["error"] = f"needs 2 GPUs, found {torch.cuda.device_count()}"
     else:
-        wanted = os.environ.get("GPU_TP_PARTS")   # e.g. "tp_bench,pd": run only these parts
-        for run in (fp32_equality, bf16_agreement, allreduce, tp_bench, pd):
-            if wanted is None or run.__name__ in wanted.split(","):
+        wanted = os.environ.get("GPU_TP_PARTS", DEFAULT_PARTS).split(",")   # e.g. "tp_bench,pd"
+        for run in PARTS:
+            if run.__name__ in wanted:
                 run()
-    (OUT / "gpu_tp.json").write_text(json.dumps(RESULTS, indent=2))
+    save()
     table()

@@ -173,6 +173,8 @@ class LLM(LLMEngine):
                   "finish_reason": seq.finish_reason}
         if seq.error is not None:
             result["error"] = seq.error
+        if seq.sampling_params.logprobs is not None:
+            result["logprobs"] = seq.logprobs   # TokenLogprobs, one per output token
         return result
 
     def stream(self, prompts, sampling_params: SamplingParams | Seq[SamplingParams] | None = None

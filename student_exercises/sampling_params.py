@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 GREEDY_BELOW_TEMPERATURE = 1e-5
 # torch generators take 64-bit seeds; we keep to the signed range every backend accepts.
 MAX_SEED = 2**63 - 1
+# The most `logprobs` a request may ask for (the top entries returned per token), as vLLM's default limit
+# and OpenAI's chat API (`top_logprobs` <= 20).
+MAX_LOGPROBS = 20
 
 
 def _check_int(name: str, value: object, minimum: int | None = None) -> None:
@@ -44,6 +47,8 @@ class SamplingParams:
     likely token (the sampler always keeps the token that crosses the
     threshold). NaN and infinite numbers are refused. `seed` makes a sampled
     request reproducible on its own, whatever else is in the batch.
+    `logprobs` (None: off) asks for each output token's log-probability and
+    the `logprobs` most likely alternatives (0: the sampled token's alone).
 
     The fields are checked on construction and again by the engine before a
     request is queued (`validate`), since a dataclass can be changed after it
@@ -57,6 +62,7 @@ class SamplingParams:
     ignore_eos: bool = False
     stop_token_ids: list[int] = field(default_factory=list)
     seed: int | None = None
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -82,6 +88,10 @@ class SamplingParams:
             _check_int("seed", self.seed, minimum=0)
             if self.seed > MAX_SEED:
                 raise ValueError(f"SamplingParams.seed must be <= 2**63 - 1, got {self.seed}")
+        if self.logprobs is not None:
+            _check_int("logprobs", self.logprobs, minimum=0)
+            if self.logprobs > MAX_LOGPROBS:
+                raise ValueError(f"SamplingParams.logprobs must be <= {MAX_LOGPROBS}, got {self.logprobs}")
 
     @property
     def greedy(self) -> bool:

@@ -37,56 +37,33 @@ def workload(requests: int, seed: int, shared_prefix: int, vocab: int = 1000):
     return prompts, [SamplingParams(temperature=0.0, max_tokens=int(n), ignore_eos=True) for n in outputs]
 
 
-RUN_COLUMNS = ("name", "requests", "seed", "shared_prefix", "max_num_seqs", "max_num_batched_tokens",
-               "num_kvcache_blocks", "block_size", "chunked_prefill", "prefix_caching", "device", "backend",
-               "wall_s", "output_tokens", "output_tok_per_s", "preemptions", "cached_prompt_fraction",
-               "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms", "itl_max_ms",
-               "e2e_p50_ms", "e2e_p99_ms")
-STEP_COLUMNS = ("step", "is_prefill", "batch_size", "num_tokens", "num_running", "num_waiting", "kv_blocks_used",
-                "kv_blocks_total", "duration_ms")
-
-
 def write_csvs(folder: Path, name: str, result: dict, events: list[dict]) -> None:
-    """results/runs.csv gains this run's row; results/NAME_steps.csv gets one row per step."""
-    from reference.metrics import request_metrics, step_metrics
+    """results/runs.csv gains this run's row; results/NAME_steps.csv gets one row per step.
+
+    The rows are computed by courseware/lab5_results.py, which the grader
+    also uses to recompute them from the submitted log.
+    """
+    from courseware.lab5_results import RUN_COLUMNS, STEP_COLUMNS, run_row, step_rows
     folder.mkdir(parents=True, exist_ok=True)
-    ms = lambda seconds: None if seconds is None else round(seconds * 1e3, 4)
-    summary, settings, workload = result["summary"], result["settings"], result["workload"]
-    itls = [itl for m in request_metrics(events).values() for itl in m.itls]
-    first_scheduled: dict[int, int] = {}
-    for e in events:
-        if e["event"] == "SCHEDULED":
-            first_scheduled.setdefault(e["seq_id"], e["num_cached_tokens"])
-    row = {
-        "name": name, "requests": workload["requests"], "seed": workload["seed"],
-        "shared_prefix": workload["shared_prefix"], "max_num_seqs": settings["max_num_seqs"],
-        "max_num_batched_tokens": settings["max_num_batched_tokens"],
-        "num_kvcache_blocks": settings["num_kvcache_blocks"], "block_size": settings["kvcache_block_size"],
-        "chunked_prefill": settings["enable_chunked_prefill"], "prefix_caching": settings["enable_prefix_caching"],
-        "device": settings["device"], "backend": settings["attention_backend"],
-        "wall_s": round(result["wall_s"], 6), "output_tokens": result["output_tokens"],
-        "output_tok_per_s": round(result["output_tok_per_s"], 3), "preemptions": summary["totals"]["preemptions"],
-        "cached_prompt_fraction": round(sum(first_scheduled.values()) / workload["prompt_tokens"], 6),
-        "ttft_p50_ms": ms(summary["ttft"]["p50"]), "ttft_p99_ms": ms(summary["ttft"]["p99"]),
-        "tpot_p50_ms": ms(summary["tpot"]["p50"]), "tpot_p99_ms": ms(summary["tpot"]["p99"]),
-        "itl_p99_ms": ms(summary["itl"]["p99"]), "itl_max_ms": ms(max(itls, default=None)),
-        "e2e_p50_ms": ms(summary["e2e"]["p50"]), "e2e_p99_ms": ms(summary["e2e"]["p99"]),
-    }
+    settings = result["settings"]
+    columns = {"requests": result["workload"]["requests"], "seed": result["workload"]["seed"],
+               "shared_prefix": result["workload"]["shared_prefix"], "max_num_seqs": settings["max_num_seqs"],
+               "max_num_batched_tokens": settings["max_num_batched_tokens"],
+               "num_kvcache_blocks": settings["num_kvcache_blocks"], "block_size": settings["kvcache_block_size"],
+               "chunked_prefill": settings["enable_chunked_prefill"],
+               "prefix_caching": settings["enable_prefix_caching"], "device": settings["device"],
+               "backend": settings["attention_backend"]}
     runs = folder / "runs.csv"
     new_file = not runs.is_file()
     with runs.open("a", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=RUN_COLUMNS)
         if new_file:
             writer.writeheader()
-        writer.writerow(row)
-    steps = step_metrics(events)
+        writer.writerow(run_row(name, columns, result["wall_s"], events))
     with (folder / f"{name}_steps.csv").open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(STEP_COLUMNS)
-        for this, following in zip(steps, steps[1:] + [None]):
-            duration = None if following is None else ms(following.time - this.time)
-            writer.writerow([this.step, this.is_prefill, this.batch_size, this.num_tokens, this.num_running,
-                             this.num_waiting, this.kv_blocks_used, this.kv_blocks_total, duration])
+        writer = csv.DictWriter(f, fieldnames=STEP_COLUMNS)
+        writer.writeheader()
+        writer.writerows(step_rows(events))
 
 
 CALLS_HEADER = "# call tree of one decode step (sys.setprofile), one call per line: indented qualified name  [module]"
@@ -101,12 +78,12 @@ def trace_decode_step(model: str, settings: dict, prompt: list[int], path: Path)
     """
     import os
     import sys
-    import reference
     from reference import LLM, SamplingParams
     llm = LLM(model, **settings)
     llm.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
     llm.step()                                               # the prefill
-    package = os.path.dirname(reference.__file__)
+    # The engine package's folder (`reference`, or `student_exercises` in a student release).
+    package = os.path.dirname(sys.modules[LLM.__module__.split(".")[0]].__file__)
     calls: list[tuple[int, str, str]] = []
     stack: list = []
 

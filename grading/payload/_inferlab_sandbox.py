@@ -14,15 +14,18 @@ Three layers, all impossible to remove once in place:
 3. A Python audit hook (PEP 578): refuses starting processes, signals, sockets,
    ctypes, reading the hidden tests' sources (compiled before the fence),
    importing the instructor's packages (`reference`, `grading`,
-   `bugzoo`), reading the hidden roots (golden outputs, results, other
+   `bugzoo`) or modules that reach files or native code without an audit
+   event (`NATIVE_MODULES`), loading an extension module from outside
+   Python's folders, reading the hidden roots (golden outputs, results, other
    submissions, the instructor's sources), writing outside scratch, symlinks,
    `chdir` out of the harness and scratch, and relative paths with `..` (which
    could be resolved against a directory descriptor the hook cannot see).
 
 Every refusal raises PermissionError in the graded code and writes one line
 `INFERLAB-SANDBOX-DENIED <event> <detail>` to the process's stderr, which the
-grader reads to name the attempt in the student's result. Scoring never
-depends on that line: the verdict is computed elsewhere.
+grader reads to name the attempt in the student's result (a use that is
+allowed but worth a look writes `INFERLAB-SANDBOX-NOTED ...` instead). Scoring
+never depends on those lines: the verdict is computed elsewhere.
 """
 from __future__ import annotations
 
@@ -32,6 +35,11 @@ import sys
 
 ENV = "INFERLAB_SANDBOX"
 DENIED_TAG = "INFERLAB-SANDBOX-DENIED"
+NOTED_TAG = "INFERLAB-SANDBOX-NOTED"        # allowed, but worth a TA's look: a native file reader was used
+
+# Modules that reach files or native code without any audit event: readline's history loaders read any text
+# file line by line, cffi calls any C function. No engine needs them; refused at import like the course's own.
+NATIVE_MODULES = ("readline", "cffi", "_cffi_backend")
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
@@ -45,6 +53,7 @@ _FORBIDDEN = frozenset({
     "ctypes.PyObj_FromPtr", "ctypes.set_errno", "ctypes.set_exception",
     "os.symlink", "os.link", "os.chroot", "resource.setrlimit", "resource.prlimit",
     "sys._current_frames", "sys.remote_exec", "os.setxattr", "os.removexattr",
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
     "winreg.OpenKey", "webbrowser.open", "urllib.Request", "http.client.connect", "ftplib.connect",
     "smtplib.connect", "imaplib.open", "poplib.connect", "telnetlib.Telnet.open",
 })
@@ -72,7 +81,7 @@ class Policy:
         self.readable = [os.path.realpath(p) for p in readable]
         self.secret = [os.path.realpath(p) for p in secret or []]       # inside readable, yet never read
         self.hidden = [os.path.realpath(p) for p in hidden]
-        self.modules = tuple(modules)
+        self.modules = tuple(modules) + NATIVE_MODULES
         # Only on CUDA machines: Triton compiles kernels with its ptxas and their launchers with the C
         # compiler, so exactly those executables may be started (under Landlock they inherit the fence),
         # and the GPU's device files may be opened read-write. Empty everywhere else.
@@ -90,10 +99,19 @@ def _within(path: str, roots: list[str]) -> bool:
     return any(path == root or path.startswith(root + os.sep) for root in roots)
 
 
+def plain_path(path) -> str:
+    """A path as an exact `str`: a str or bytes subclass could answer `startswith` or `decode` one way to the
+    check and hand its own characters to the kernel, which never calls those methods."""
+    value = os.fspath(path)
+    if isinstance(value, bytes):
+        return str(value, "utf-8", "surrogateescape")
+    return "".join([value])
+
+
 def read_allowed(policy: Policy, path) -> bool:
     """The hook's read rule as a function, for wrappers around native file readers."""
     try:
-        full = os.path.realpath(os.fsdecode(os.fspath(path)))
+        full = os.path.realpath(plain_path(path))
     except TypeError:
         return True
     if _within(full, policy.secret):
@@ -126,8 +144,20 @@ def split_around(roots: list[str], secret: list[str]) -> tuple[list[str], list[s
     return full, list_only
 
 
-def install(policy: Policy, landlock_read_roots: list[str] | None = None) -> dict:
-    """Fence this process. Returns what was put in place (recorded in the observations file)."""
+NATIVE_EVENT = "inferlab.native"
+
+
+def install(policy: Policy, landlock_read_roots: list[str] | None = None, code_roots: list[str] | None = None,
+            natives: dict | None = None, quiet: list[str] | None = None) -> dict:
+    """Fence this process. Returns what was put in place (recorded in the observations file).
+
+    `code_roots`: folders extension modules may be loaded from besides the
+    readable roots (Python's sys.path and the system's library folders).
+    `natives`: name -> a library's native file reader, which from now on only
+    the hook holds; the library's attribute is a trampoline that raises
+    `NATIVE_EVENT` (see `_install_hook`). `quiet`: folders whose reads
+    through those readers are the engine's own (the model), never noted.
+    """
     summary: dict = {"audit_hook": True, "landlock": None, "seccomp": None, "programs": sorted(policy.programs)}
     if landlock_read_roots is not None:
         try:
@@ -146,17 +176,46 @@ def install(policy: Policy, landlock_read_roots: list[str] | None = None) -> dic
             summary["seccomp"] = _inferlab_seccomp.restrict()
         except OSError as err:
             summary["seccomp"] = {"error": str(err)}
-    _install_hook(policy)
+    _install_hook(policy, [os.path.realpath(p) for p in code_roots or []], dict(natives or {}),
+                  [os.path.realpath(p) for p in quiet or []])
     return summary
 
 
-def _install_hook(policy: Policy) -> None:
+def _install_hook(policy: Policy, code_roots: list[str], natives: dict, quiet: list[str]) -> None:
+    """Put up the audit hook. It alone holds the originals of the guarded native readers (`natives`).
+
+    A Python wrapper around a reader would hold the original, and graded code
+    could take it from the wrapper's closure and call it unchecked. So the
+    library's attribute is a trampoline that raises the audit event
+    `NATIVE_EVENT` with its arguments; the hook checks every path among them
+    by the read rule and calls the original itself. Audit hooks cannot be
+    listed or removed from Python, and the gc's introspection is refused, so
+    nothing else reaches the originals. Raising the event by hand gets the
+    same checks.
+    """
     # Bind everything the hook uses now: graded code may replace module attributes later.
     realpath, join, fspath, getcwd = os.path.realpath, os.path.join, os.fspath, os.getcwd
     write, isdir, pid = os.write, os.path.isdir, os.getpid()
-    fsdecode, sep, pardir = os.fsdecode, os.sep, os.pardir
+    fsdecode, sep, pardir, exists = os.fsdecode, os.sep, os.pardir, os.path.exists
+    native_event, noted_tag = NATIVE_EVENT, NOTED_TAG
+    # Builtins and this module's helpers too: graded code may replace `builtins.isinstance` or `_within`.
+    import builtins
+    within = _within
+    isinstance, hasattr, str, tuple, type, dict, list, repr = (
+        builtins.isinstance, builtins.hasattr, builtins.str, builtins.tuple, builtins.type, builtins.dict,
+        builtins.list, builtins.repr)
+    join_plain = "".join
+
+    def plain(path) -> str:
+        """`plain_path`, with everything it uses bound now."""
+        value = fspath(path)
+        if isinstance(value, bytes):
+            return str(value, "utf-8", "surrogateescape")
+        return join_plain([value])
+
     scratch, readable, hidden, modules = policy.scratch, list(policy.readable), list(policy.hidden), policy.modules
     secret = list(policy.secret)
+    code = [*readable, *(root for root in code_roots if not within(root, hidden) and not within(root, [scratch]))]
     in_scratch = [scratch]
     forbidden, mutating, listing = _FORBIDDEN, _MUTATING, _LISTING
     programs, spawning = policy.programs, _SPAWNING
@@ -178,7 +237,7 @@ def _install_hook(policy: Policy) -> None:
         """The absolute path an event touches: relative to `dir_fd` where the call passed one, else to cwd."""
         if isinstance(path, int) or path is None:
             return None                                      # an open descriptor: checked when it was opened
-        text = fsdecode(fspath(path))
+        text = plain(path)
         if not text.startswith(sep) and pardir in text.split(sep):
             deny(event, text)                                # could be relative to a hidden directory's fd
         if isinstance(dir_fd, int) and not text.startswith(sep):
@@ -190,11 +249,11 @@ def _install_hook(policy: Policy) -> None:
         return realpath(join(getcwd(), text))
 
     def check_read(event: str, full: str) -> None:
-        if _within(full, secret):
+        if within(full, secret):
             deny(event, full)
-        if _within(full, in_scratch) or _within(full, readable):
+        if within(full, in_scratch) or within(full, readable):
             return
-        if _within(full, hidden):
+        if within(full, hidden):
             deny(event, full)
         if full.startswith(proc_prefix):
             rest = full[len(proc_prefix):].split(sep, 1)[0]
@@ -202,7 +261,7 @@ def _install_hook(policy: Policy) -> None:
                 deny(event, full)                              # another process's memory or environment
 
     def check_write(event: str, full: str) -> None:
-        if _within(full, in_scratch) or full == "/dev/null":
+        if within(full, in_scratch) or full == "/dev/null":
             return
         deny(event, full)
 
@@ -244,8 +303,30 @@ def _install_hook(policy: Policy) -> None:
         if target not in programs:
             deny(event, repr(args)[:200])
 
+    def native(args: tuple) -> None:
+        """A guarded native reader: every path argument checked (and passed on as an exact str), then the call."""
+        name, call_args, call_kwargs, box = (tuple(args) + (None,) * 4)[:4]
+        original = natives.get(name) if isinstance(name, str) else None
+        if original is None or type(call_args) is not tuple or type(call_kwargs) is not dict or type(box) is not list:
+            deny(native_event, repr(name)[:100])
+        checked = []
+        for value in [*call_args, *call_kwargs.values()]:
+            if isinstance(value, (str, bytes)) or hasattr(value, "__fspath__"):
+                value = plain(value)
+                full = resolve(name, value)
+                check_read(name, full)
+                if exists(full) and not within(full, quiet):
+                    try:
+                        write(2, f"{noted_tag} {name} {full[:300]!r}\n".encode("utf-8", "replace"))
+                    except OSError:
+                        pass
+            checked.append(value)
+        box.append(original(*checked[:len(call_args)], **dict(zip(call_kwargs, checked[len(call_args):]))))
+
     def hook(event: str, args: tuple) -> None:
-        if event == "open":
+        if event == native_event:
+            native(args)
+        elif event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
             full = resolve(event, path)
             if full is None:
@@ -257,12 +338,25 @@ def _install_hook(policy: Policy) -> None:
             else:
                 check_read(event, full)
                 if isinstance(flags, int) and mode is None and isdir(full) and not (
-                        _within(full, in_scratch) or _within(full, readable)):
+                        within(full, in_scratch) or within(full, readable)):
                     deny(event, full + " (directory descriptor)")
         elif event == "import":
             name = args[0] if args else ""
             if isinstance(name, str) and name.split(".", 1)[0] in modules:
                 deny(event, name)
+            origin = args[1] if len(args) > 1 else None
+            if isinstance(origin, (str, bytes)) or hasattr(origin, "__fspath__"):
+                # An extension module loaded from a file (`_imp.create_dynamic`): native code, so only from
+                # Python's own folders (scratch too on a GPU item: Triton loads the launchers it builds there).
+                full = resolve(event, origin)
+                if full is not None and not (within(full, code) or (programs and within(full, in_scratch))):
+                    deny(event, f"{name} from {full}")
+        elif event == "sqlite3.connect":
+            database = args[0] if args else None
+            if database not in (None, ":memory:", "", b":memory:", b""):
+                full = resolve(event, database)        # sqlite creates the file: a write
+                if full is not None:
+                    check_write(event, full)
         elif event in spawning:
             check_spawn(event, args)
         elif event in forbidden:
@@ -270,7 +364,7 @@ def _install_hook(policy: Policy) -> None:
         elif event == "os.chdir":
             target = args[0] if args else None
             full = resolve(event, target)
-            if full is not None and not (_within(full, in_scratch) or _within(full, readable)):
+            if full is not None and not (within(full, in_scratch) or within(full, readable)):
                 deny(event, full)
         elif event in mutating:
             for position, arg in enumerate(args[:2]):
@@ -283,7 +377,7 @@ def _install_hook(policy: Policy) -> None:
         elif event in listing:
             if args and (isinstance(args[0], (str, bytes)) or hasattr(args[0], "__fspath__")):
                 full = resolve(event, args[0])
-                if full is not None and not _within(full, secret):      # names of hidden tests are no secret
+                if full is not None and not within(full, secret):      # names of hidden tests are no secret
                     check_read(event, full)
 
     sys.addaudithook(hook)

@@ -26,13 +26,14 @@ import sys
 import tempfile
 import traceback
 import weakref
+from collections import deque
 from multiprocessing.connection import wait
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from reference.distributed.kv_transfer import accept, offer
+from reference.distributed.kv_transfer import accept, drain_received, drain_sent, offer
 from reference.distributed.processes import exit_with_parent, start_daemons, stop_processes
 from reference.sampling_params import SamplingParams
 
@@ -170,36 +171,43 @@ def _result(seq, extra: dict) -> dict:
 
 
 def _prefill_loop(engine, control, handoff, staging) -> None:
-    """Prefill, then offer each request that has its first token; finished ones go straight back."""
+    """Prefill, then offer the requests that have their first token; finished ones go straight back.
+
+    The K/V sends are posted and left to run (on their own NCCL stream on
+    two GPUs) while this engine steps on; each is logged once complete.
+    """
     request_of: dict[int, int] = {}
+    sending: deque = deque()
     while True:
-        _serve_control(engine, control, request_of, block=engine.is_finished())
+        drain_sent(engine, sending)
+        _serve_control(engine, control, request_of, block=engine.is_finished() and not sending)
         if engine.is_finished():
             continue
         for out in engine.step():
             if out.finished:   # stopped at its first token: nothing to hand off
                 seq = engine.finished.pop(out.seq_id)
                 control.send(("done", request_of.pop(out.seq_id), _result(seq, {"kv_bytes": 0, "kv_transfer_s": 0.0})))
-        for seq in [s for s in engine.sequences.values() if s.num_output_tokens >= 1]:
-            if offer(engine, seq, request_of[seq.seq_id], handoff, DECODE_RANK, staging):
-                del request_of[seq.seq_id]
+        ready = [s for s in engine.sequences.values() if s.num_output_tokens >= 1]
+        if ready:
+            sending.extend(offer(engine, ready, request_of, handoff, DECODE_RANK, staging))
 
 
 def _decode_loop(engine, control, handoff, staging) -> None:
-    """Take handed-off requests between decode steps; report each one when it finishes."""
+    """Take handed-off requests between decode steps; each joins the batch once its K/V have arrived."""
     request_of: dict[int, int] = {}
     transfer: dict[int, dict] = {}
+    receiving: deque = deque()
     while True:
         _serve_control(engine, control, {}, block=False)
         idle = engine.is_finished()
-        while handoff.poll(IDLE_POLL_S if idle else 0):
-            header = handoff.recv()
-            seq = accept(engine, header, handoff, PREFILL_RANK, staging)
-            if seq is not None:
-                request_of[seq.seq_id] = header.request_id
-                event = engine.log.events[-1]
-                transfer[seq.seq_id] = {"kv_bytes": event["bytes"], "kv_transfer_s": event["seconds"]}
+        while handoff.poll((IDLE_POLL_S if not receiving else IDLE_POLL_S / 10) if idle else 0):
+            posted = accept(engine, handoff.recv(), handoff, PREFILL_RANK, staging)
+            if posted is not None:
+                receiving.append(posted)
             idle = False
+        for t in drain_received(engine, receiving):
+            request_of[t.seq.seq_id] = t.extra["request_id"]
+            transfer[t.seq.seq_id] = {"kv_bytes": t.nbytes, "kv_transfer_s": t.extra["seconds"]}
         if engine.is_finished():
             continue
         for out in engine.step():

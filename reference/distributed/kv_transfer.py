@@ -15,11 +15,25 @@ between its decode steps; torch.distributed has no non-blocking receive of an
 object. The K/V go over torch.distributed (NCCL between GPUs, gloo otherwise),
 gathered into one contiguous tensor first: one large message costs far less
 than one per block and layer.
+
+Neither engine waits for the bytes. P offers every request its step
+finished at once and collects the replies together (one wait for D's next
+poll per step, not one per request), then posts each send (`isend`) and
+frees the blocks: the gather that copied them is queued before anything that
+could overwrite them. D posts the receive (`irecv`) as it accepts, keeps
+decoding its other requests, and queues the request once the receive has
+completed (`Transfer.done`, polled between steps). On two GPUs the bytes move
+on NCCL's own stream while both engines compute: the transfer overlaps the
+next step instead of blocking it. The price: a handed-off request joins D's
+batch a poll later than a blocking receive would let it, and a transfer's
+logged `seconds` run from its post to the poll that saw it complete (an upper
+bound on the transfer's own time; scripts/gpu_tp.py measures the link itself).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -49,63 +63,104 @@ class Handoff:
                    seq.num_cached_tokens, seq.arrival_time, seq.first_scheduled_time, seq.first_token_time)
 
 
-def send_blocks(kv_cache: torch.Tensor, block_ids: list[int], peer: int, staging_device: torch.device) -> int:
-    """Send K and V of `block_ids` (every layer) as one tensor; returns the bytes sent.
+@dataclass
+class Transfer:
+    """One posted send or receive of a request's K/V, until it completes."""
+    seq: Sequence
+    work: object | None               # torch.distributed Work; None: nothing to move (all cached on D)
+    payload: torch.Tensor | None
+    blocks: int
+    nbytes: int
+    start: float = field(default_factory=time.perf_counter)
+    extra: dict = field(default_factory=dict)
 
-    No blocks (the decode engine had them all in its prefix cache): no message;
-    the receiver knows this too and does not wait for one.
+    def done(self) -> bool:
+        """Whether it completed; a transfer through host memory (gloo) is waited for here.
+
+        gloo marks a point-to-point Work complete only inside `wait()`, so
+        polling it would never see it finish; and through host memory there
+        is no GPU stream to overlap with anyway.
+        """
+        if self.work is None:
+            return True
+        if not self.payload.is_cuda:
+            self.work.wait()
+            return True
+        return self.work.is_completed()
+
+
+def post_send(seq: Sequence, kv_cache: torch.Tensor, block_ids: list[int], peer: int,
+              staging_device: torch.device) -> Transfer:
+    """Gather K and V of `block_ids` (every layer) into one tensor and post its send; returns at once.
+
+    No blocks (the decode engine had them all in its prefix cache): no
+    message; the receiver knows this too and posts no receive.
     """
     if not block_ids:
-        return 0
+        return Transfer(seq, None, None, 0, 0)
     index = torch.tensor(block_ids, dtype=torch.int64, device=kv_cache.device)
     payload = kv_cache[:, :, index].contiguous().to(staging_device)
-    dist.send(payload, dst=peer)
-    _wait_for_device(payload)
-    return payload.numel() * payload.element_size()
+    work = dist.isend(payload, dst=peer)
+    return Transfer(seq, work, payload, len(block_ids), payload.numel() * payload.element_size())
 
 
-def _wait_for_device(payload: torch.Tensor) -> None:
-    """NCCL returns once the transfer is queued; wait for it, so the time logged is the transfer's.
-
-    The price: the handoff blocks its engine until the bytes have moved, where
-    a production system would overlap the transfer with the next step.
-    """
-    if payload.is_cuda:
-        torch.cuda.synchronize(payload.device)
-
-
-def receive_blocks(kv_cache: torch.Tensor, block_ids: list[int], peer: int, staging_device: torch.device) -> int:
-    """Receive what `send_blocks` sent into `block_ids` of this cache; returns the bytes received."""
+def post_receive(seq: Sequence, kv_cache: torch.Tensor, block_ids: list[int], peer: int,
+                 staging_device: torch.device) -> Transfer:
+    """Post the receive of what `post_send` sends for `block_ids`; `store` puts it in place once done."""
     if not block_ids:
-        return 0
+        return Transfer(seq, None, None, 0, 0)
     shape = (kv_cache.shape[0], kv_cache.shape[1], len(block_ids), *kv_cache.shape[3:])
     payload = torch.empty(shape, dtype=kv_cache.dtype, device=staging_device)
-    dist.recv(payload, src=peer)
-    kv_cache[:, :, torch.tensor(block_ids, dtype=torch.int64, device=kv_cache.device)] = payload.to(kv_cache.device)
-    _wait_for_device(payload)
-    return payload.numel() * payload.element_size()
+    work = dist.irecv(payload, src=peer)
+    return Transfer(seq, work, payload, len(block_ids), payload.numel() * payload.element_size())
 
 
-def offer(engine, seq: Sequence, request_id: int, pipe, peer: int, staging: torch.device) -> bool:
-    """P's side: offer a prefilled sequence to D; on acceptance send its K/V and drop it here.
+def store(transfer: Transfer, kv_cache: torch.Tensor, block_ids: list[int]) -> None:
+    """Copy a completed receive into its blocks (queued on the engine's stream, behind the receive)."""
+    if transfer.work is None:
+        return
+    if transfer.payload.is_cuda:
+        transfer.work.wait()  # NCCL: the engine's stream waits for the receive's (the host does not)
+    index = torch.tensor(block_ids, dtype=torch.int64, device=kv_cache.device)
+    kv_cache[:, :, index] = transfer.payload.to(kv_cache.device, non_blocking=True)
+    transfer.payload = None
 
-    Returns False if D deferred (the sequence stays on P, untouched, for a later try).
+
+def offer(engine, seqs: list[Sequence], request_of: dict[int, int], pipe, peer: int,
+          staging: torch.device) -> list[Transfer]:
+    """P's side: offer prefilled sequences to D; post the K/V of those it accepts and drop them here.
+
+    Every header goes first, then every reply is read: D answers them all at
+    its next poll. A deferred sequence stays on P, untouched, for a later try.
+    Returns the posted sends (`drain_sent` logs each once it has completed).
     """
-    pipe.send(Handoff.of(seq, request_id))
-    reply = pipe.recv()
-    if reply[0] == "defer":
-        return False
-    _, first, last = reply
-    start = time.perf_counter()
-    nbytes = send_blocks(engine.model_runner.kv_cache, seq.block_table[first:last], peer, staging)
-    seconds = time.perf_counter() - start
-    engine.log.emit("KV_SENT", seq.seq_id, blocks=last - first, bytes=nbytes, seconds=seconds)
-    engine.hand_off(seq)     # P's blocks go back to its pool (their prefix stays cached)
-    return True
+    for seq in seqs:
+        pipe.send(Handoff.of(seq, request_of[seq.seq_id]))
+    sent = []
+    for seq in seqs:
+        reply = pipe.recv()
+        if reply[0] == "defer":
+            continue
+        _, first, last = reply
+        sent.append(post_send(seq, engine.model_runner.kv_cache, seq.block_table[first:last], peer, staging))
+        engine.hand_off(seq)     # P's blocks go back to its pool (their prefix stays cached); the gather is queued
+        del request_of[seq.seq_id]
+    return sent
 
 
-def accept(engine, handoff: Handoff, pipe, peer: int, staging: torch.device) -> Sequence | None:
-    """D's side: allocate blocks for a handed-off request, receive its K/V, and queue it for decode."""
+def drain_sent(engine, sending: deque) -> None:
+    """Log KV_SENT for the sends that have completed, oldest first."""
+    while sending and sending[0].done():
+        t = sending.popleft()
+        engine.log.emit("KV_SENT", t.seq.seq_id, blocks=t.blocks, bytes=t.nbytes, seconds=time.perf_counter() - t.start)
+
+
+def accept(engine, handoff: Handoff, pipe, peer: int, staging: torch.device) -> Transfer | None:
+    """D's side: allocate blocks for a handed-off request and post the receive of its K/V.
+
+    Returns the posted receive, or None if there was no room (deferred);
+    `drain_received` queues the request once its K/V are in place.
+    """
     block_size = engine.config.kvcache_block_size
     seq = Sequence(handoff.token_ids[:handoff.num_prompt_tokens], handoff.sampling_params, block_size,
                    arrival_time=handoff.arrival_time, seq_id=handoff.seq_id)
@@ -122,10 +177,22 @@ def accept(engine, handoff: Handoff, pipe, peer: int, staging: torch.device) -> 
     first = seq.num_cached_tokens // block_size
     last = max(first, -(-computed // block_size))
     pipe.send(("accept", first, last))
-    start = time.perf_counter()
-    nbytes = receive_blocks(engine.model_runner.kv_cache, seq.block_table[first:last], peer, staging)
-    seconds = time.perf_counter() - start
-    engine.adopt(seq, computed)                      # decode next: its prompt was prefilled on P
-    engine.log.emit("KV_RECEIVED", seq.seq_id, blocks=last - first, bytes=nbytes,
-                    seconds=seconds, cached_blocks=first)
-    return seq
+    transfer = post_receive(seq, engine.model_runner.kv_cache, seq.block_table[first:last], peer, staging)
+    transfer.extra = {"computed": computed, "first": first, "last": last, "request_id": handoff.request_id}
+    return transfer
+
+
+def drain_received(engine, receiving: deque) -> list[Transfer]:
+    """Queue, oldest first, the handed-off requests whose K/V have arrived; returns their transfers."""
+    ready = []
+    while receiving and receiving[0].done():
+        t = receiving.popleft()
+        first, last = t.extra["first"], t.extra["last"]
+        store(t, engine.model_runner.kv_cache, t.seq.block_table[first:last])
+        engine.adopt(t.seq, t.extra["computed"])     # decode next: its prompt was prefilled on P
+        seconds = time.perf_counter() - t.start
+        t.extra["seconds"] = seconds
+        engine.log.emit("KV_RECEIVED", t.seq.seq_id, blocks=t.blocks, bytes=t.nbytes, seconds=seconds,
+                        cached_blocks=first)
+        ready.append(t)
+    return ready

@@ -1,78 +1,105 @@
 """The tensor-parallel model runner: rank 0 in the engine's process, ranks 1..N-1 in worker processes.
 
 The scheduler and block manager exist once, in the engine (rank 0). Every
-step, rank 0 broadcasts the scheduled batch (a light copy of each Sequence:
-token ids, positions, block table) over a gloo group; each worker builds the
-same input tensors from it and runs its shard of the model, meeting the other
-ranks in the all-reduces. Only rank 0 samples. Each rank owns a full-size KV
-pool of its own KV heads, indexed by the same block ids, so one block table
-serves every rank.
+step, rank 0 sends the scheduled batch to the workers through shared memory
+(`step_channel`: token ids, lengths, block tables as flat arrays), then runs
+its own share; each worker rebuilds the same input tensors from it and runs
+its shard of the model, meeting the other ranks in the all-reduces. Only rank
+0 samples. Each rank owns a full-size KV pool of its own KV heads, indexed by
+the same block ids, so one block table serves every rank.
 
-Shutdown (reference.distributed.processes) is by force, not by message: a
-worker may be blocked inside a collective (rank 0 failed halfway through a
-step). It runs when the runner is garbage-collected, at interpreter exit, or
-when `close()` is called; a worker also exits by itself when its parent dies.
+Async scheduling works as on one GPU: rank 0 launches step k+1 before it
+reads step k's tokens, whose ids the next step takes straight from the
+device. A worker has no sampler, so rank 0 broadcasts each step's sampled ids
+(one small collective, queued on the GPU like the rest: nobody waits for it
+on the host), and the worker feeds them to its next step exactly as rank 0
+does.
+
+Shutdown (`_Teardown`) runs on `close()`, on garbage collection and at
+interpreter exit. In order: the workers are asked to stop (a message through
+the channel) and exit on their own; what has not exited is killed; this
+rank's CUDA graphs are dropped; then the process group is left. The order
+matters: NCCL will not destroy a communicator while a CUDA graph that
+captured one of its collectives exists, so leaving the group with the decode
+graphs alive hung the process at exit (issue 35). When a worker died, or rank
+0 failed in the middle of a step (Ctrl-C included), a worker may sit inside a
+collective forever: then the workers are killed without a message and the
+group is aborted instead of destroyed. Workers ignore Ctrl-C (a terminal
+sends it to the whole process group): rank 0 decides, and a worker also exits
+by itself when its parent disappears.
 """
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import traceback
 import weakref
-from dataclasses import dataclass
 
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from reference.config import Config
 import reference.parallel_state as parallel_state
+from reference.config import Config
+from reference.distributed import custom_all_reduce
 from reference.distributed.processes import exit_with_parent, start_daemons, stop_processes
-from reference.engine.model_runner import EngineDeadError, ModelRunner
+from reference.distributed.step_channel import StepChannel, StepSequence, decode, encode, slot_bytes
+from reference.engine.model_runner import EngineDeadError, InFlightStep, ModelRunner
 from reference.engine.sequence import Sequence
 
+__all__ = ["StepSequence", "TensorParallelRunner", "worker_main"]
 
-@dataclass
-class StepSequence:
-    """What a worker needs of a scheduled Sequence to build the same inputs as rank 0.
-
-    A decode step sends one token id, not the whole history; a prefill sends
-    the tokens up to the end of its chunk.
-    """
-    seq_id: int
-    token_ids: list[int]
-    length: int
-    num_cached_tokens: int
-    num_scheduled_tokens: int
-    block_table: list[int]
-    sampling_params: None = None   # workers never sample
-
-    @classmethod
-    def of(cls, seq: Sequence, is_prefill: bool) -> "StepSequence":
-        end = seq.num_cached_tokens + seq.num_scheduled_tokens
-        tokens = seq.token_ids[:end] if is_prefill else [seq.last_token]
-        return cls(seq.seq_id, tokens, len(seq), seq.num_cached_tokens, seq.num_scheduled_tokens,
-                   list(seq.block_table))
-
-    def __len__(self) -> int:
-        return self.length
-
-    @property
-    def last_token(self) -> int:
-        return self.token_ids[-1]
+# A worker that has not freed a slot of the channel for this long is stuck (inside a collective).
+SEND_TIMEOUT_S = parallel_state.COLLECTIVE_TIMEOUT.total_seconds()
+# How long workers asked to stop may take to leave the group and exit before they are killed.
+STOP_TIMEOUT_S = 15.0
 
 
-def shutdown_workers(workers: list, init_dir: str) -> None:
-    """Stop the workers (see processes.stop_processes), then leave the process group."""
-    stop_processes(workers)
-    try:
-        parallel_state.destroy_tensor_parallel()
-    finally:
-        shutil.rmtree(init_dir, ignore_errors=True)
+class _TensorParallelShare:
+    """What rank 0 and the workers do alike: set up the one-shot all-reduce, and drop graphs before leaving."""
+
+    def _prepare_collectives(self) -> None:
+        if self.device.type != "cuda":
+            return
+        hidden = self.config.hf_config["hidden_size"]
+        max_bytes = self.config.max_num_seqs * hidden * torch.finfo(self.dtype).bits // 8
+        parallel_state.set_fast_all_reduce(custom_all_reduce.set_up(
+            self.rank, self.tp_size, self.dtype, max_bytes, parallel_state.control_group()))
 
 
-class TensorParallelRunner(ModelRunner):
+class _Teardown:
+    """Stops the workers and leaves the group; holds no reference to the runner, so it can run from its finalizer."""
+
+    def __init__(self, workers: list, channel: StepChannel, init_dir: str, device: str):
+        self.workers, self.channel, self.init_dir, self.device = workers, channel, init_dir, device
+        self.graphs: dict = {}
+        self.broken = False     # a step failed halfway: workers may be inside a collective
+        self.done = False
+
+    def __call__(self) -> None:
+        graceful = not self.broken and all(p.is_alive() for p in self.workers)
+        if graceful:
+            graceful = self.channel.send("stop", timeout=1.0)
+        if graceful:
+            for proc in self.workers:
+                proc.join(STOP_TIMEOUT_S)
+            graceful = all(proc.exitcode == 0 for proc in self.workers)
+        stop_processes(self.workers)
+        self.graphs.clear()           # before the group: NCCL waits for graphs that captured its collectives
+        try:
+            if graceful and self.device == "cuda":
+                torch.cuda.synchronize()
+            parallel_state.destroy_tensor_parallel(abort=not graceful)
+        finally:
+            self.channel.close()
+            shutil.rmtree(self.init_dir, ignore_errors=True)
+            self.done = True
+
+
+class TensorParallelRunner(_TensorParallelShare, ModelRunner):
     """Rank 0's ModelRunner, which also starts the workers and sends them every step."""
 
     def __init__(self, config: Config):
@@ -83,13 +110,19 @@ class TensorParallelRunner(ModelRunner):
         init_dir = tempfile.mkdtemp(prefix="inferlab-tp-")
         init_file = os.path.join(init_dir, "rendezvous")
         ctx = mp.get_context("spawn")
-        self.workers = start_daemons(ctx, [(worker_main, (config, rank, init_file, os.getpid()), f"inferlab-tp-rank{rank}")
-                                           for rank in range(1, world)])
-        self._finalizer = weakref.finalize(self, shutdown_workers, self.workers, init_dir)
+        self.channel = StepChannel(ctx, world - 1, slot_bytes(config.max_num_seqs, config.max_num_batched_tokens,
+                                                              config.max_model_len, config.kvcache_block_size))
+        self.workers = start_daemons(ctx, [(worker_main, (config, rank, init_file, os.getpid(), self.channel),
+                                            f"inferlab-tp-rank{rank}") for rank in range(1, world)])
+        self._teardown = _Teardown(self.workers, self.channel, init_dir, config.device)
+        self._finalizer = weakref.finalize(self, self._teardown)
         try:
             parallel_state.init_tensor_parallel(0, world, config.device, init_file)
             super().__init__(config)
+            self._teardown.graphs = self.graphs
         except BaseException:
+            self._teardown.broken = True
+            self._teardown.graphs = getattr(self, "graphs", {})
             self._finalizer()
             raise
 
@@ -97,51 +130,102 @@ class TensorParallelRunner(ModelRunner):
         """Stop the workers now (also done on garbage collection and at exit)."""
         self._finalizer()
 
-    def _broadcast(self, message: tuple) -> None:
+    def _send(self, method: str, seqs: list[Sequence], is_prefill: bool, has_previous: bool = False) -> None:
+        if self._teardown.done:
+            raise EngineDeadError("the tensor-parallel engine is closed")
         dead = [p for p in self.workers if not p.is_alive()]
         if dead:
             self.close()
             raise EngineDeadError(f"tensor-parallel worker {dead[0].name} exited (code {dead[0].exitcode}); "
-                               "the engine is stopped")
-        dist.broadcast_object_list([message], src=0, group=parallel_state.control_group())
+                                  "the engine is stopped")
+        if not self.channel.send(method, (is_prefill, has_previous), encode(seqs, is_prefill), timeout=SEND_TIMEOUT_S):
+            self._teardown.broken = True
+            self.close()
+            raise EngineDeadError(f"a tensor-parallel worker took no step for {SEND_TIMEOUT_S:.0f} s; the engine is stopped")
 
-    def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int | None]:
-        """Send the batch, then run rank 0's share.
+    def _guarded(self, step, *args):
+        """Run rank 0's share of a step that the workers were sent.
 
-        A failure after the broadcast (Ctrl-C included) leaves the workers inside
-        a collective that rank 0 will never join: the engine cannot go on, so it
-        stops the workers and re-raises rather than hang on the next step.
+        A failure here (Ctrl-C included) leaves the workers inside a collective
+        that rank 0 will never join: the engine cannot go on, so it stops the
+        workers and re-raises rather than hang on the next step.
         """
-        self._broadcast(("run", [StepSequence.of(seq, is_prefill) for seq in seqs], is_prefill))
         try:
-            return super().run(seqs, is_prefill)
+            return step(*args)
         except BaseException:
+            self._teardown.broken = True
             self.close()
             raise
 
-    # Config refuses async scheduling with tensor parallelism: a step launched on rank 0 alone would
-    # leave the workers waiting for a broadcast. These say so if that check is ever bypassed.
-    def launch_prefill(self, seqs):
-        raise NotImplementedError("async scheduling is not supported with tensor parallelism")
+    def run(self, seqs: list[Sequence], is_prefill: bool) -> list[int | None]:
+        """Send the batch, then run rank 0's share; synchronous (the tokens come back to the host)."""
+        self._send("run", seqs, is_prefill)
+        return self._guarded(super().run, seqs, is_prefill)
 
-    def launch_decode(self, seqs, previous):
-        raise NotImplementedError("async scheduling is not supported with tensor parallelism")
+    def launch_decode(self, seqs: list[Sequence], previous: InFlightStep | None) -> InFlightStep:
+        self._send("launch_decode", seqs, False, has_previous=previous is not None)
+        return self._guarded(super().launch_decode, seqs, previous)
+
+    def launch_prefill(self, seqs: list[Sequence]) -> InFlightStep:
+        self._send("launch_prefill", seqs, True)
+        return self._guarded(super().launch_prefill, seqs)
+
+    def _sample_in_flight(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """Sample here, and send the ids to the workers: their next step reads them as inputs."""
+        tokens = super()._sample_in_flight(logits, seqs)
+        dist.broadcast(tokens, src=0)
+        return tokens
 
 
-def worker_main(config: Config, rank: int, init_file: str, parent_pid: int) -> None:
-    """Rank `rank`: build this rank's shard, then run whatever rank 0 broadcasts, until stopped."""
+class WorkerRunner(_TensorParallelShare, ModelRunner):
+    """A worker's ModelRunner: runs whatever rank 0 sends, and takes sampled ids from rank 0."""
+
+    def serve(self, channel: StepChannel) -> None:
+        """Run steps until rank 0 says stop."""
+        last: InFlightStep | None = None     # the step this worker launched last (async scheduling)
+        while True:
+            method, flags, arrays = channel.receive()
+            if method == "stop":
+                return
+            is_prefill, has_previous = flags
+            seqs = decode(arrays, is_prefill)
+            if method == "run":
+                self.run(seqs, is_prefill)
+                last = None
+            elif method == "launch_decode":
+                if has_previous and last is None:
+                    raise RuntimeError("rank 0 continued a step this worker never launched")
+                last = self.launch_decode(seqs, last if has_previous else None)
+            elif method == "launch_prefill":
+                last = self.launch_prefill(seqs)
+            else:
+                raise RuntimeError(f"unknown step message {method!r}")
+
+    def _sample_in_flight(self, logits: torch.Tensor, seqs: list) -> torch.Tensor:
+        tokens = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
+        dist.broadcast(tokens, src=0)
+        return tokens
+
+    def leave(self) -> None:
+        """Drop the graphs, then leave the group (the order NCCL needs)."""
+        self.graphs.clear()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        parallel_state.destroy_tensor_parallel()
+
+
+def worker_main(config: Config, rank: int, init_file: str, parent_pid: int, channel: StepChannel) -> None:
+    """Rank `rank`: build this rank's shard, then run whatever rank 0 sends, until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_with_parent(parent_pid)
     try:
+        channel.attach(rank - 1)
         parallel_state.init_tensor_parallel(rank, config.tensor_parallel_size, config.device, init_file)
-        runner = ModelRunner(config)
-        while True:
-            message = [None]
-            dist.broadcast_object_list(message, src=0, group=parallel_state.control_group())
-            method, *args = message[0]
-            getattr(runner, method)(*args)
-    except KeyboardInterrupt:
-        os._exit(0)
+        runner = WorkerRunner(config)
+        runner.serve(channel)
+        runner.leave()
+        channel.close()
     except BaseException:
         traceback.print_exc(file=sys.stderr)
         os._exit(1)
-
+    os._exit(0)

@@ -23,7 +23,7 @@ from reference.parallel_state import agree_on_min, layout_for, tp_rank
 from reference.engine.prefill_graphs import PrefillGraphs, no_gc_while_capturing
 from reference.engine.sequence import Sequence
 from reference.layers.attention import AttentionMetadata, make_backend
-from reference.layers.sampler import check_sampled, sample, sample_on_device
+from reference.layers.sampler import check_sampled, sample, sample_on_device, token_logprobs
 from reference.models.loader import load_weights
 from reference.models.qwen3 import ElementwiseOps, Qwen3Attention, Qwen3ForCausalLM
 
@@ -143,11 +143,20 @@ class ModelRunner:
         self.num_kvcache_blocks = agree_on_min(config.num_kvcache_blocks or self._blocks_that_fit(), self.device,
                                                self.tp_size)
         self.kv_cache = self._allocate_kv_cache(self.num_kvcache_blocks)
+        self._prepare_collectives()
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if graphs:
             self._capture_decode_graphs()
-        if self.device.type == "cuda" and self.tp_size == 1:
+        if self.device.type == "cuda":
             self._warm_up_logits()
+
+    def _prepare_collectives(self) -> None:
+        """Set up what this rank's all-reduces need before graphs capture them (tensor parallelism only).
+
+        A no-op here; the tensor-parallel runners (reference/distributed/tp_runner.py)
+        set up the one-shot all-reduce. Every rank reaches this point at once:
+        `agree_on_min` above is a collective each rank waits for.
+        """
 
     # -- KV cache ------------------------------------------------------------
     def _bytes_per_block(self) -> int:
@@ -211,8 +220,8 @@ class ModelRunner:
         modules lazily), and that waits until the GPU has drained. cuBLAS
         picks different kernels for different row counts, so the first steps
         that sampled a new number of rows stopped the pipeline for a whole
-        step (docs/performance.md). Under TP every rank would have to join
-        each all-gather; not done there.
+        step (docs/performance.md). Under TP every rank runs this in its
+        own constructor, so each rank joins each all-gather of the LM head.
         """
         hidden = torch.zeros(self.config.max_num_seqs, self.config.hf_config["hidden_size"], dtype=self.dtype,
                              device=self.device)
@@ -379,12 +388,14 @@ class ModelRunner:
         if previous is not None and previous.row_of:
             rows = [previous.row_of.get(seq.seq_id, -1) for seq in seqs]
             source = self._tensor(np.asarray(rows, dtype=np.int64))
-            from_previous = previous.device_tokens[source.clamp(min=0)]
+            # A row that could not be sampled holds -1: it fails when `previous` is read back, but this
+            # step runs first, and an embedding lookup at -1 is a device-side assert on CUDA (the
+            # context is lost): it gets token 0 instead, whose output is thrown away with the request.
+            from_previous = previous.device_tokens[source.clamp(min=0)].clamp(min=0)
             input_ids = torch.where(source >= 0, from_previous, input_ids)
         hidden = self._decode_forward(input_ids, positions, meta)
         logits = self.model.compute_logits(hidden)
-        tokens = sample_on_device(logits, [seq.sampling_params for seq in seqs], [seq.generator for seq in seqs])
-        return InFlightStep.start(seqs, tokens)
+        return InFlightStep.start(seqs, self._sample_in_flight(logits, seqs))
 
     @torch.inference_mode()
     def launch_prefill(self, seqs: list[Sequence]) -> InFlightStep:
@@ -401,9 +412,15 @@ class ModelRunner:
             return InFlightStep.start([], torch.empty(0, dtype=torch.int64, device=self.device), batch=seqs)
         last = (meta.cu_seqlens_q[1:] - 1)[self._tensor(rows)]
         logits = self.model.compute_logits(hidden[last])
-        tokens = sample_on_device(logits, [seq.sampling_params for seq in sampling],
-                                  [seq.generator for seq in sampling])
-        return InFlightStep.start(sampling, tokens, batch=seqs)
+        return InFlightStep.start(sampling, self._sample_in_flight(logits, sampling), batch=seqs)
+
+    def _sample_in_flight(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """One token per row of `logits`, left on the device (`sample_on_device`).
+
+        Under tensor parallelism rank 0 samples and sends the tokens to the
+        workers, which take them as the next step's inputs (tp_runner.py).
+        """
+        return sample_on_device(logits, [seq.sampling_params for seq in seqs], [seq.generator for seq in seqs])
 
     def _prefill_forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                          meta: AttentionMetadata) -> torch.Tensor:
@@ -449,5 +466,23 @@ class ModelRunner:
         sampled = sample(logits, [seqs[i].sampling_params for i in rows], [seqs[i].generator for i in rows])
         for i, token in zip(rows, sampled):
             tokens[i] = token
+        self._record_logprobs(logits, [seqs[i] for i in rows], sampled)
         return tokens
+
+    @staticmethod
+    def _record_logprobs(logits: torch.Tensor, seqs: list[Sequence], sampled: list[int]) -> None:
+        """Append each sampled token's log-probabilities to the sequences that asked for them.
+
+        Here because only the runner holds the logits; the engine passes them
+        on with the token (`StepOutput.logprobs`). Only the synchronous step
+        computes them: the engine does not overlap steps while a request
+        that wants them is unfinished (`LLMEngine._can_overlap`).
+        """
+        rows = [j for j, seq in enumerate(seqs) if seq.sampling_params.logprobs is not None]
+        if not rows:
+            return
+        entries = token_logprobs(logits[rows], [sampled[j] for j in rows],
+                                 [seqs[j].sampling_params.logprobs for j in rows])
+        for j, entry in zip(rows, entries):
+            seqs[j].logprobs.append(entry)
 

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from reference.parallel_state import all_gather_last_dim, all_reduce, tp_rank, tp_world_size
+from reference.parallel_state import all_gather_last_dim, all_reduce, all_reduce_add, tp_rank, tp_world_size
 
 
 def _split(size: int, what: str) -> int:
@@ -91,13 +91,17 @@ class RowParallelLinear(nn.Linear):
         at Qwen3-0.6B's shapes: docs/performance.md, session 11), so a bf16
         stream can differ from transformers' by a rounding per add
         (tests/engine/test_fused_ops.py bounds it). On a CPU the sum stays the
-        textbook `residual + y`, bit for bit.
+        textbook `residual + y`, bit for bit. Under tensor parallelism the add
+        goes into the all-reduce instead (`all_reduce_add`), which on GPUs with
+        the one-shot all-reduce also writes into the stream it was given.
         """
         if residual is None:
             y = all_reduce(F.linear(x, self.weight), self.tp_size)
             return y if self.bias is None else y + self.bias
         if x.is_cuda and self.tp_size == 1 and self.bias is None:
             return residual.addmm_(x, self.weight.t())
+        if self.bias is None:
+            return all_reduce_add(F.linear(x, self.weight), residual, self.tp_size)
         return residual + self.forward(x)
 
 

@@ -26,6 +26,7 @@ from student_exercises.engine.lifecycle import LifecycleLog
 from student_exercises.engine.model_runner import EngineDeadError, InFlightStep, ModelRunner
 from student_exercises.engine.parts import EngineParts
 from student_exercises.engine.sequence import PENDING_TOKEN, Sequence
+from student_exercises.layers.sampler import TokenLogprobs
 from student_exercises.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class StepOutput:
     new_token_ids: list[int] = field(default_factory=list)
     finished: bool = False
     finish_reason: str | None = None   # "stop" | "length" | "abort" | "error"
+    logprobs: list[TokenLogprobs] | None = None   # one per new token, when the request asked for them
 
 
 class LLMEngine:
@@ -67,6 +69,8 @@ class LLMEngine:
         self.sequences: dict[int, Sequence] = {}   # every sequence not yet finished
         self.finished: dict[int, Sequence] = {}    # finished, until the caller collects them
         self._in_flight: InFlightStep | None = None   # async scheduling: a decode step not yet read back
+        self._held_outputs: list[StepOutput] = []     # read back while an interrupt escaped step(): returned next
+        self._num_want_logprobs = 0                   # unfinished requests whose SamplingParams.logprobs is set
         self.in_step = False   # True while step() runs: a garbage-collected stream must not abort mid-step
         self._seq_ids = itertools.count()
         self._rng = torch.Generator().manual_seed(self.config.seed)
@@ -86,6 +90,24 @@ class LLMEngine:
     @property
     def num_running(self) -> int:
         return len(self.scheduler.running)
+
+    @property
+    def num_kvcache_blocks(self) -> int:
+        """The KV pool's size in blocks (the runner sized it; the block manager was built with it)."""
+        return self.model_runner.num_kvcache_blocks
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """Fraction of the KV pool's blocks held by requests (0-1): what a server's gauge reports."""
+        return self.block_manager.num_used_blocks / self.num_kvcache_blocks
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """KV blocks a request holds at its end with `num_tokens` tokens (prompt + output).
+
+        The last sampled token is never fed back, so its K/V never need a slot.
+        """
+        block_size = self.config.kvcache_block_size
+        return (max(num_tokens - 1, 0) + block_size - 1) // block_size
 
     @property
     def step_index(self) -> int:
@@ -132,14 +154,12 @@ class LLMEngine:
         if len(token_ids) >= max_len:
             raise ValueError(f"prompt has {len(token_ids)} tokens but max_model_len is {max_len}: "
                              f"no room to generate")
-        # The last sampled token is never fed back, so its K/V never need a slot.
-        stored_len = min(len(token_ids) + params.max_tokens, max_len) - 1
-        block_size = self.config.kvcache_block_size
-        blocks_needed = (stored_len + block_size - 1) // block_size
-        pool = self.model_runner.num_kvcache_blocks   # the pool the block manager was built with
+        total_len = min(len(token_ids) + params.max_tokens, max_len)
+        blocks_needed = self.blocks_for(total_len)
+        pool = self.num_kvcache_blocks
         if blocks_needed > pool:
             raise ValueError(
-                f"request needs {blocks_needed} KV blocks ({stored_len} tokens) but the whole KV pool has "
+                f"request needs {blocks_needed} KV blocks ({total_len - 1} tokens) but the whole KV pool has "
                 f"{pool} blocks: it could never run; lower max_tokens")
 
     def add_request(self, prompt: str | list[int], sampling_params: SamplingParams,
@@ -167,6 +187,7 @@ class LLMEngine:
             # On the model's device: the noise a draw needs (one value per vocabulary entry) is
             # made where the logits are, and a decode step can sample without waiting for the host.
             seq.generator = torch.Generator(device=self.config.device).manual_seed(seed)
+        self._count_logprobs(seq, +1)
         self.sequences[seq.seq_id] = seq
         # >>> EXERCISE lab1.emit_arrival: Log ARRIVED, then queue the request with the scheduler (which logs QUEUED).
         # HINT: ARRIVED carries prompt_len and uses `now`, the arrival time the Sequence recorded.
@@ -185,12 +206,19 @@ class LLMEngine:
     def hand_off(self, seq: Sequence) -> None:
         """Drop a sequence another engine now serves (its K/V were sent): blocks back, no FINISHED here."""
         self.scheduler.finish(seq)
+        self._count_logprobs(seq, -1)
         del self.sequences[seq.seq_id]
 
     def adopt(self, seq: Sequence, num_computed_tokens: int) -> None:
         """Serve a sequence prefilled elsewhere, whose blocks `scheduler.reserve` took and whose K/V arrived."""
         self.scheduler.add_running(seq, num_computed_tokens)
+        self._count_logprobs(seq, +1)
         self.sequences[seq.seq_id] = seq
+
+    def _count_logprobs(self, seq: Sequence, change: int) -> None:
+        """Keep count of unfinished requests that want logprobs: only a synchronous step computes them."""
+        if seq.sampling_params.logprobs is not None:
+            self._num_want_logprobs += change
 
     def settle(self) -> None:
         """Read back a step still in flight whose sequences have all finished, so the engine is idle.
@@ -215,32 +243,71 @@ class LLMEngine:
         with reason "error" and give their blocks back; every other request
         and the engine itself go on. A failure before anything was scheduled
         is an engine bug, and an `EngineDeadError` (no step can ever run
-        again) concerns every request: both are raised.
+        again) concerns every request: both are raised. An interrupt
+        (KeyboardInterrupt) that escapes leaves the engine able to go on
+        (`_after_interrupt`).
         """
+        held, self._held_outputs = self._held_outputs, []
         self._batch: list[Sequence] = []
         in_flight = self._in_flight
         self.in_step = True
         try:
-            earlier: list[StepOutput] = []
+            earlier: list[StepOutput] = held
             if self.config.async_scheduling:
-                earlier, done = self._step_overlapped()
+                overlapped, done = self._step_overlapped()
+                earlier = earlier + overlapped
                 if done:
                     return earlier
             seqs, is_prefill = self.scheduler.schedule()
             if not seqs:
                 raise RuntimeError(f"scheduler made no progress with {len(self.scheduler.waiting)} waiting and "
                                    f"{len(self.scheduler.running)} running: a request cannot fit")
-            self._log_step(seqs, is_prefill)
             self._batch = seqs
+            self._log_step(seqs, is_prefill)
             token_ids = self.model_runner.run(seqs, is_prefill)
             outputs = self.postprocess(seqs, token_ids)
             self.log.end_step()
             self.log.flush()
             return earlier + outputs
         except Exception as err:
-            return self._recover(err, in_flight)
+            return held + self._recover(err, in_flight)
+        except BaseException:
+            self._held_outputs = held + self._after_interrupt(in_flight)
+            raise
         finally:
             self.in_step = False
+
+    def _after_interrupt(self, in_flight: InFlightStep | None) -> list[StepOutput]:
+        """Make the engine consistent after an interrupt escaped a step; returns the outputs it read back.
+
+        Ctrl-C in a notebook, then the next call: the caller aborts its
+        requests, other requests go on, and the log must stay true. So a step
+        whose STEP event was written is ended (the next step gets a new
+        number), and tokens that async scheduling had booked as placeholders
+        (`_advance`) are read back and logged now, as `_resolve` would have
+        (FINISHED then counts only real tokens). Sequences of a step that was
+        cut short before anything of it was recorded compute it again; a
+        prompt among them goes back to the waiting queue as a preemption by
+        recompute (PREEMPTED, QUEUED), since without chunked prefill the
+        scheduler never resumes a prompt half-way. The outputs read back are
+        returned by the next `step()`. The price: the interrupt waits for the
+        step in flight (one step) on the device.
+        """
+        launched = self._in_flight is not None and self._in_flight is not in_flight
+        outputs: list[StepOutput] = []
+        if in_flight is not None and any(seq.token_ids[-1] == PENDING_TOKEN for seq in in_flight.seqs):
+            if self._in_flight is in_flight:
+                self._in_flight = None
+            outputs = self._resolve(in_flight)
+        if not launched and not self.config.enable_chunked_prefill:
+            for seq in reversed(self._batch):
+                if not seq.is_finished and seq.in_prefill:
+                    self.scheduler.retire(seq)      # out of `running` ...
+                    self.scheduler.preempt(seq)     # ... blocks back, to the front of `waiting`
+        if self._batch or outputs:
+            self.log.end_step()
+        self.log.flush()
+        return outputs
 
     def _recover(self, err: Exception, in_flight: InFlightStep | None) -> list[StepOutput]:
         """Fail the requests of the batch (and of a step in flight) that raised; re-raise if there were none."""
@@ -328,8 +395,8 @@ class LLMEngine:
             return self._resolve(previous), True
         if is_prefill and not getattr(self.model_runner, "prefills_in_flight", False):
             raise RuntimeError("async scheduling expected a decode step (an engine bug, not a user error)")
-        self._log_step(seqs, is_prefill)
         self._batch = seqs
+        self._log_step(seqs, is_prefill)
         if is_prefill:
             self._in_flight = self.model_runner.launch_prefill(seqs)
         else:
@@ -349,7 +416,9 @@ class LLMEngine:
         mid-prefill) unless the runner launches prefills too
         (`prefills_in_flight`). Sampled sequences too, if the runner samples
         on the device (`samples_in_flight`); a runner without it overlaps
-        greedy ones only.
+        greedy ones only. Never while a request that wants logprobs is
+        unfinished: only the synchronous step computes them (its price: such
+        a request runs its whole batch without overlap).
         """
         running, waiting = self.scheduler.running, self.scheduler.waiting
         sampled_ok = getattr(self.model_runner, "samples_in_flight", False)
@@ -357,6 +426,7 @@ class LLMEngine:
         return ((bool(running) or (prefill_ok and bool(waiting)))
                 and (prefill_ok or not waiting)
                 and not self.scheduler.may_preempt()
+                and not self._num_want_logprobs
                 and all((sampled_ok or seq.sampling_params.greedy) and (prefill_ok or not seq.in_prefill)
                         for seq in running))
 
@@ -389,8 +459,8 @@ class LLMEngine:
         now = self.log.now()
         outputs = []
         for seq, token in zip(in_flight.seqs, in_flight.tokens()):
-            if seq.is_finished:
-                continue
+            if seq.is_finished or seq.token_ids[-1] != PENDING_TOKEN:
+                continue   # finished a step ago, or not booked (`_advance` was cut short by an interrupt)
             seq.token_ids[-1] = token
             out = StepOutput(seq.seq_id)
             outputs.append(out)
@@ -420,6 +490,8 @@ class LLMEngine:
         # HINT: the first token also sets seq.first_token_time, the engine's own record of TTFT.
         raise NotImplementedError("lab1.emit_token")
         # <<< EXERCISE lab1.emit_token
+        if seq.sampling_params.logprobs is not None and seq.num_output_tokens <= len(seq.logprobs):
+            out.logprobs = (out.logprobs or []) + [seq.logprobs[seq.num_output_tokens - 1]]
         reason = self._stop_reason(seq, token)
         if reason is not None:
             self._finish(seq, reason, now)
@@ -441,6 +513,7 @@ class LLMEngine:
         seq.finish_reason = reason
         seq.finished_time = now
         blocks_freed = self.scheduler.finish(seq)
+        self._count_logprobs(seq, -1)
         del self.sequences[seq.seq_id]
         # >>> EXERCISE lab1.emit_finish: Log that the request finished, then that its blocks went back to the pool.
         # HINT: FINISHED carries reason and num_output_tokens; FREED carries blocks_freed; both at time `now`.

@@ -53,6 +53,8 @@ class Sequence:
         self.error: str | None = None      # the message, when finish_reason is "error"
         self.num_preemptions = 0
         self.generator: torch.Generator | None = None   # for sampled (non-greedy) requests
+        # One entry per output token when sampling_params.logprobs is set (the model runner appends them).
+        self.logprobs: list = []
         # The engine's own timestamps (metrics are checked against the log).
         self.arrival_time = arrival_time
         self.first_scheduled_time: float | None = None

@@ -2,6 +2,8 @@
 """Turn the last position's logits into the next token of each sequence."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from student_exercises.sampling_params import SamplingParams
@@ -72,8 +74,17 @@ def sample_on_device(logits: torch.Tensor, params: list[SamplingParams],
     Greedy rows take the argmax; sampled rows draw with their own generator,
     so a seeded request gets the same tokens whatever else shares its batch.
     Nothing here waits for the device.
+
+    A greedy row is refused (-1) exactly when a sampled row would be: when it
+    holds a NaN or +inf, or is all -inf. torch.argmax ranks NaN above every
+    number, so the row's largest value, read at the argmax, is finite only if
+    none of these holds; without the check argmax would hand back the NaN's
+    index (or 0 for an all -inf row) as if it were a token. The price: a gather and a compare per step, one value per row,
+    instead of a second pass over the whole vocabulary.
     """
     tokens = greedy_tokens(logits)
+    best = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    tokens = torch.where(torch.isfinite(best), tokens, -1)
     for i, (p, gen) in enumerate(zip(params, generators)):
         if not p.greedy:
             tokens[i] = sample_row(logits[i], p, gen)
@@ -91,3 +102,30 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
            generators: list[torch.Generator | None]) -> list[int]:
     """One token per row, read back to the host (see `sample_on_device`)."""
     return check_sampled(sample_on_device(logits, params, generators).tolist())
+
+
+@dataclass(slots=True)
+class TokenLogprobs:
+    """One sampled token's log-probability, and the `top` most likely tokens' (id, log-probability), best first."""
+    logprob: float
+    top: list[tuple[int, float]]
+
+
+def token_logprobs(logits: torch.Tensor, tokens: list[int], num_top: list[int]) -> list[TokenLogprobs]:
+    """Each row's log-softmax at its sampled token, and its `num_top[i]` largest entries.
+
+    These are the model's own log-probabilities (fp32 log-softmax of the raw
+    logits), before temperature, top-k and top-p reshape the distribution a
+    sampled row draws from: vLLM's default (`raw_logprobs`), and what an
+    evaluation that scores a text asks for. Only the rows that asked pay for
+    it: the caller passes those rows alone.
+    """
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logprobs.gather(-1, torch.tensor(tokens, device=logits.device).unsqueeze(-1)).squeeze(-1).tolist()
+    k = max(num_top, default=0)
+    if k == 0:
+        return [TokenLogprobs(lp, []) for lp in chosen]
+    values, ids = torch.topk(logprobs, min(k, logprobs.shape[-1]), dim=-1)
+    values, ids = values.tolist(), ids.tolist()
+    return [TokenLogprobs(lp, list(zip(row_ids[:n], row_values[:n])))
+            for lp, row_ids, row_values, n in zip(chosen, ids, values, num_top)]

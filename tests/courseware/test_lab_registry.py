@@ -13,7 +13,7 @@ import pytest
 from grading.cli import graded_labs as grading_labs
 from inferlab.cli import build_parser
 from labkit.tree import LABS, load_reference
-from labkit.labs import ROOT, exercise_labs, graded_labs, lab_folder
+from labkit.labs import ROOT, exercise_labs, graded_labs, lab_folder, release_labs
 
 
 def _choices(parser, *path):
@@ -36,7 +36,7 @@ def test_cli_choices_come_from_the_registry():
     parser = build_parser()
     release = _choices(parser, "release")
     lab_action = next(a for a in release._actions if a.dest == "lab")
-    assert list(lab_action.choices) == exercise_labs()
+    assert list(lab_action.choices) == release_labs() == exercise_labs() + ["lab5"]
 
 
 def test_a_release_layout_is_read_from_the_generated_tests(tmp_path):

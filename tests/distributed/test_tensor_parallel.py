@@ -129,14 +129,84 @@ def test_ctrl_c_or_kill_of_the_engine_process_leaves_no_worker(tiny_model_dir):
             child.wait()
 
 
-def test_cli_takes_tensor_parallel_size_and_bench_refuses_it_with_async_scheduling():
-    from courseware.bench import run_bench
+def test_cli_takes_tensor_parallel_size_for_demo_bench_and_serve():
     from inferlab.cli import build_parser
     parser = build_parser()
-    assert parser.parse_args(["demo", "--tensor-parallel-size", "2"]).tensor_parallel_size == 2
-    args = parser.parse_args(["bench", "--tensor-parallel-size", "2"])   # default scheduling: async
-    with pytest.raises(SystemExit, match="needs --scheduling sync"):
-        run_bench(args)
+    for command in (["demo"], ["bench", "--scheduling", "async"], ["serve"]):
+        assert parser.parse_args([*command, "--tensor-parallel-size", "2"]).tensor_parallel_size == 2
+
+
+def test_async_scheduling_under_tp2_gives_tp1s_tokens_greedy_and_seeded(tiny_model_dir):
+    """Rank 0 samples on the device and broadcasts the ids; the worker's next step reads them as inputs."""
+    prompts = prompts_for(tiny_model_dir)
+    params = [SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True),
+              SamplingParams(temperature=0.9, top_k=20, seed=11, max_tokens=MAX_NEW, ignore_eos=True)] * 2
+    llm = LLM(tiny_model_dir, tensor_parallel_size=2, async_scheduling=True, **CONFIG)
+    try:
+        tp2 = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+    finally:
+        llm.model_runner.close()
+    tp1 = [o["token_ids"] for o in LLM(tiny_model_dir, async_scheduling=True, **CONFIG).generate(prompts, params,
+                                                                                                use_tqdm=False)]
+    assert tp2 == tp1
+
+
+LIFECYCLE = """
+import gc, sys
+from reference import LLM, SamplingParams
+from reference.engine.model_runner import EngineDeadError
+model, device = sys.argv[1], sys.argv[2]
+config = dict(device=device, tensor_parallel_size=2, max_model_len=128, max_num_batched_tokens=128, max_num_seqs=4,
+              num_kvcache_blocks=32)
+params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+
+def start():
+    llm = LLM(model, **config)
+    print("workers", *[p.pid for p in llm.model_runner.workers], flush=True)
+    assert len(llm.generate([[1, 2, 3]], params, use_tqdm=False)[0]["token_ids"]) == 4
+    return llm
+
+llm = start()                                  # 1: dropped: garbage collection stops it
+del llm
+gc.collect()
+llm = start()                                  # 2: a step fails on rank 0 after the workers were sent it
+def broken(*args):
+    raise RuntimeError("injected")
+llm.model_runner.model.compute_logits = broken
+out = llm.generate([[4, 5, 6]], params, use_tqdm=False)[0]
+assert out["finish_reason"] == "error", out
+try:
+    llm.generate([[4, 5, 6]], params, use_tqdm=False)
+    raise AssertionError("a stopped engine served a request")
+except EngineDeadError:
+    pass
+llm = start()                                  # 3: still alive when the interpreter exits
+print("done", flush=True)
+"""
+
+
+def run_lifecycle(model_dir: str, device: str, timeout: float) -> None:
+    """Three TP=2 engines in one process: dropped, failed mid-step, alive at exit; no hang, no worker left."""
+    child = subprocess.run([sys.executable, "-c", LIFECYCLE, model_dir, device], capture_output=True, text=True,
+                           timeout=timeout)
+    assert child.returncode == 0 and "done" in child.stdout, child.stdout + child.stderr[-3000:]
+    pids = [int(pid) for line in child.stdout.splitlines() if line.startswith("workers") for pid in line.split()[1:]]
+    assert len(pids) == 3
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(pid) for pid in pids), "a worker outlived its engine"
+
+
+def test_three_tp2_engines_in_one_process_start_and_stop_cleanly_cpu(tiny_model_dir):
+    run_lifecycle(tiny_model_dir, "cpu", timeout=150)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_three_tp2_engines_in_one_process_start_and_stop_cleanly_gpu(tiny_model_dir):
+    """NCCL with CUDA graphs: leaving the group with the decode graphs alive hung the exit (issue 35)."""
+    run_lifecycle(tiny_model_dir, "cuda", timeout=240)
 
 
 def test_no_process_left_behind():

@@ -245,7 +245,9 @@ def test_failures_explain_the_first_difference(graded):
     res = result(graded, "mut_stale_hash_kept")
     failed = [i for i in res["items"] if i["kind"] == "pytest" and i["status"] == "failed"]
     lines = [line for item in failed for line in item["details"]]
-    assert failed and any(": expected " in line for line in lines) and any(" got " in line for line in lines), lines
+    assert failed and any(": yours is " in line for line in lines), lines          # the student's value at the difference
+    assert not any(": expected " in line for line in lines), lines                  # never the hidden test's expected one
+    assert any(line.startswith("the public tests of this rule") for line in lines), lines
 
 
 def test_reports_csv_gradescope_feedback_histogram(graded):

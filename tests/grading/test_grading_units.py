@@ -95,16 +95,17 @@ def test_same_is_strict_about_kinds_and_lenient_only_on_floats():
     assert not same("1", 1)
 
 
-def test_log_explanation_is_good_bad_missing():
+def test_log_explanation_is_good_bad_missing_without_the_references_lines():
     expected = ["step=0 ARRIVED seq=0", "step=0 QUEUED seq=0", "step=0 SCHEDULED seq=0 n=3", "step=1 TOKEN seq=0"]
     got = ["step=0 ARRIVED seq=0", "step=0 QUEUED seq=0", "step=0 SCHEDULED seq=0 n=4", "step=1 TOKEN seq=0"]
     assert explain_log(expected, got) == [
         "GOOD    step=0 ARRIVED seq=0",
         "GOOD    step=0 QUEUED seq=0",
         "BAD     step=0 SCHEDULED seq=0 n=4",
-        "MISSING step=0 SCHEDULED seq=0 n=3",
-        "        ... and 1 more expected event(s) after it",
+        "        (event 3: the reference's log has a different event here; it has 4 events, yours 4)",
     ]
+    short = explain_log(expected, got[:2])
+    assert short[-1].startswith("MISSING (your log ends after 2 events") and not any("n=3" in line for line in short)
 
 
 def test_a_test_fails_when_missing_cut_short_or_different():
@@ -114,10 +115,32 @@ def test_a_test_fails_when_missing_cut_short_or_different():
                        "pytest")
     assert short.reason == "incomplete" and "NotImplementedError: lab2.x" in short.explanation[-1]
     wrong = judge_test("t", expected, {"obs": [["a", 1], ["b", [1, 3]]], "complete": True}, "pytest")
-    assert wrong.reason == "differs" and any("b[1]: expected 2" in line for line in wrong.explanation)
+    assert wrong.reason == "differs" and any("b[1]: yours is 3" in line for line in wrong.explanation)
     not_finished = judge_test("t", expected, {"obs": expected, "complete": False, "error": None}, "pytest")
     assert not not_finished.passed
     assert judge_test("t", expected, {"obs": expected, "complete": True}, "pytest").passed
+
+
+SECRET = "SECRET-4242"     # a value only the reference observed: no explanation may show it
+
+
+@pytest.mark.parametrize(("kind", "expected", "got"), [
+    ("pytest", [["a", 1], ["b", {"x": [1, SECRET]}]], [["a", 1], ["b", {"x": [1, "mine"]}]]),
+    ("pytest", [["b", {"x": 1, SECRET: 2}]], [["b", {"x": 1, "y": 2}]]),            # a key only the reference has
+    ("pytest", [["b", SECRET]], [["b", {"raised": "ValueError"}]]),
+    ("pytest", [["b", {"raised": SECRET}]], [["b", 3]]),
+    ("pytest", [["b", 1], [SECRET, 2]], [["b", 1], ["mine", 2]]),
+    ("log", [["log", ["e1", SECRET, "e3"]]], [["log", ["e1", "mine", "e3"]]]),
+    ("log", [["log", ["e1", SECRET]]], [["log", ["e1"]]]),
+    ("blocks", [["step 3", {"scheduled": [SECRET], "changed": {"r1": [4]}, "free": 2}]],
+     [["step 3", {"scheduled": ["r0:D1+4"], "changed": {"r1": [5]}, "free": 2}]]),
+    ("blocks", [["step 3", {"scheduled": ["r0:D1+4"], "changed": {SECRET: [4]}, "free": 2}]],
+     [["step 3", {"scheduled": ["r0:D1+4"], "changed": {"r1": [5]}, "free": 2}]]),
+])
+def test_an_explanation_never_shows_what_only_the_reference_observed(kind, expected, got):
+    verdict = judge_test("t", expected, {"obs": got, "complete": True, "error": None}, kind)
+    assert not verdict.passed and verdict.explanation
+    assert not any(SECRET in line for line in verdict.explanation), verdict.explanation
 
 
 def test_an_item_needs_every_expected_test():

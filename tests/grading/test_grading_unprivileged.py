@@ -22,7 +22,8 @@ import pytest
 from labkit.tree import load_reference
 from labkit.labs import ROOT
 from courseware.tiny_model import ensure_tiny_model
-from grading.execute import SANDBOX_UID, Fence, Runner, clear
+from grading import execute
+from grading.execute import SANDBOX_UID, Fence, Runner
 from grading.harness import build_harness
 from grading.paths import golden_path
 from grading import process_fence
@@ -88,14 +89,22 @@ def probed(request, tmp_path_factory):
         fence = Fence.for_run(ensure_tiny_model(), work)
         runner = Runner(work / "run", spawn=request.param)
         scratch = work / "scratch"
+        left = scratch / "left_behind.txt"
+        before = {}
+        read_observations = execute.read_observations
+
+        def read_and_look(path):
+            """What the item left, seen by the grader where it reads the observations (scratch goes after)."""
+            before.update({"owner": left.stat().st_uid if left.exists() else None,
+                           "readable": left.read_text() if left.exists() else None})
+            return read_observations(path)
+
         try:
+            execute.read_observations = read_and_look
             run = runner.observe(harness, scratch, ["hidden/lab2/test_probe.py"], 120, fence)
         finally:
+            execute.read_observations = read_observations
             runner.close()
-        left = scratch / "left_behind.txt"
-        before = {"owner": left.stat().st_uid if left.exists() else None,
-                  "readable": left.read_text() if left.exists() else None}
-        clear(scratch)
         return {"run": run, "before": before, "after": scratch.exists(), "secret": secret}
     finally:
         del os.environ[SECRET_NAME]
@@ -212,7 +221,7 @@ def test_where_a_needed_folder_or_device_is_closed_it_stays_uid_0_and_mounts_not
 
 
 MOUNTS_PROBE = """import json, os
-print("REPORT " + json.dumps([os.getuid(), [line.split()[1] for line in open("/proc/self/mounts")]]))
+print("REPORT " + json.dumps([os.getuid(), [line.split()[:2] for line in open("/proc/self/mounts")]]))
 """
 
 
@@ -224,6 +233,7 @@ def test_with_python_readable_by_all_nothing_extra_is_mounted():
     """
     import shutil
     import subprocess
+    from grading import scratch
     from grading.sample_submissions import searchable_folder
     system = shutil.which("python3", path="/usr/bin:/bin")
     if os.geteuid() != 0 or system is None or not process_fence.reachable_by_others(system):
@@ -240,6 +250,8 @@ def test_with_python_readable_by_all_nothing_extra_is_mounted():
         with os.fdopen(read) as handle:
             fence = json.loads(handle.read())
     uid, inside = json.loads(out.stdout.split("REPORT ", 1)[1])
-    host = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    host = [line.split()[:2] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    # Scratch tmpfs that other tests' graders mount and unmount meanwhile (pytest -n) come and go.
+    inside, host = ([where for source, where in mounts if source != scratch.MOUNT_SOURCE] for mounts in (inside, host))
     assert fence["uid"] == uid == SANDBOX_UID and "exposed" not in fence, (fence, out.stderr)
     assert sorted(inside) == sorted([*host, "/proc"])        # its own /proc, nothing else

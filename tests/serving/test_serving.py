@@ -7,61 +7,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
 from reference import LLM, SamplingParams
+from tests.serving.servers import MODEL, start_server
 
 import openai  # noqa: E402  (a dev dependency: this module never skips)
 
-MODEL = "tiny"
 MAX_MODEL_LEN = 2048
 ENGINE_FLAGS = ["--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--num-kvcache-blocks", "256",
                 "--max-num-batched-tokens", "2048"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tiny_model_dir, tmp_path_factory):
-    log = tmp_path_factory.mktemp("serve") / "lifecycle.jsonl"
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "inferlab.cli", "serve", tiny_model_dir, "--port", str(port),
-                             "--served-model-name", MODEL, "--lifecycle-log", str(log), *ENGINE_FLAGS],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"server did not start:\n{proc.stdout.read()}")
-        time.sleep(0.3)
-    yield {"url": url, "log": log, "proc": proc}
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            pytest.fail("the server did not exit within 30 s of SIGINT")
+    server = start_server(tiny_model_dir, tmp_path_factory.mktemp("serve"), *ENGINE_FLAGS)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -73,15 +38,8 @@ def greedy(n: int) -> SamplingParams:
     return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
 
 
-def metric(url: str, name: str) -> float:
-    for line in httpx.get(f"{url}/metrics").text.splitlines():
-        if line.startswith(f"inferlab:{name}{{") or line.startswith(f"inferlab:{name} "):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError(f"inferlab:{name} not in /metrics")
-
-
 def test_openai_client_gets_the_offline_tokens(server, offline):
-    client = openai.OpenAI(base_url=f"{server['url']}/v1", api_key="unused")
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused")
     assert [m.id for m in client.models.list().data] == [MODEL]
     prompt = [11, 22, 33, 44, 55, 66]
     done = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, temperature=0,
@@ -111,7 +69,7 @@ def test_32_concurrent_streaming_clients(server, offline):
         return "".join([chunk.choices[0].text async for chunk in stream if chunk.choices])
 
     async def all_of_them():
-        client = openai.AsyncOpenAI(base_url=f"{server['url']}/v1", api_key="unused", max_retries=0)
+        client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
         return await asyncio.gather(*(one(client, p) for p in prompts))
 
     assert asyncio.run(all_of_them()) == expected
@@ -121,17 +79,14 @@ def test_disconnect_aborts_and_frees_blocks(server):
     body = {"model": MODEL, "prompt": [7] * 40, "max_tokens": 2000, "temperature": 0, "ignore_eos": True,
             "stream": True}
     with httpx.Client(timeout=30) as client:
-        with client.stream("POST", f"{server['url']}/v1/completions", json=body) as response:
+        with client.stream("POST", f"{server.url}/v1/completions", json=body) as response:
             chunks = 0
             for line in response.iter_lines():
                 chunks += line.startswith("data: ")
                 if chunks == 3:
                     break                        # the client goes away mid-stream
-    deadline = time.monotonic() + 15
-    while metric(server["url"], "num_requests_running") or metric(server["url"], "kv_cache_usage_perc"):
-        assert time.monotonic() < deadline, "the abandoned request still runs / holds blocks"
-        time.sleep(0.2)
-    events = [json.loads(line) for line in Path(server["log"]).read_text().splitlines()]
+    server.wait_idle()
+    events = server.events()
     aborted = [e for e in events if e["event"] == "FINISHED" and e["reason"] == "abort"]
     assert len(aborted) == 1 and aborted[0]["num_output_tokens"] < 2000
 
@@ -144,12 +99,12 @@ def test_disconnect_aborts_and_frees_blocks(server):
     ("completions", {"model": MODEL, "prompt": [5] * (MAX_MODEL_LEN + 5)}, "max_model_len"),
 ])
 def test_bad_requests_get_400_and_the_server_keeps_serving(server, path, body, fragment):
-    url = f"{server['url']}/v1/{path}"
+    url = f"{server.url}/v1/{path}"
     response = httpx.post(url, content=body) if isinstance(body, bytes) else httpx.post(url, json=body)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert fragment in error["message"] and error["type"] == "invalid_request_error"
-    ok = httpx.post(f"{server['url']}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
+    ok = httpx.post(f"{server.url}/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
 
 
@@ -157,15 +112,15 @@ def test_bench_serve_agrees_with_the_lifecycle_log(server, tmp_path):
     from courseware.bench_serve import plot, random_requests, sweep
     from reference.metrics import read_log, request_metrics
 
-    seen = {e["seq_id"] for e in read_log(server["log"]) if e["event"] == "ARRIVED"}
+    seen = {e["seq_id"] for e in read_log(server.log) if e["event"] == "ARRIVED"}
     requests = random_requests(6, input_len=20, output_len=6, range_ratio=0.5, seed=1)
-    report = asyncio.run(sweep(server["url"], None, requests, [float("inf"), 30.0], 1.0, {"ttft": 10.0}))
+    report = asyncio.run(sweep(server.url, None, requests, [float("inf"), 30.0], 1.0, {"ttft": 10.0}))
     time.sleep(0.5)   # the engine flushes the log at the end of each step
     runs = report["runs"]
     assert [r["completed"] for r in runs] == [6, 6] and all(r["goodput"] is not None for r in runs)
     client = [r for run in runs for r in run["requests"]]
     assert [r["output_tokens"] for r in client] == [q.output_len for q in requests] * 2
-    server_side = {k: m for k, m in request_metrics(read_log(server["log"])).items() if k not in seen}
+    server_side = {k: m for k, m in request_metrics(read_log(server.log)).items() if k not in seen}
     assert len(server_side) == 12
     assert sorted(m.num_output_tokens for m in server_side.values()) == sorted(r["output_tokens"] for r in client)
     # The client's clock starts before the server's and stops after it.

@@ -9,12 +9,13 @@
 # 1. 会用 `LLM.generate` 跑通一批请求，知道返回结果里有什么（`text`、`token_ids`、`finish_reason`）。
 # 2. 看懂 `generate` 只是一个循环：`add_request` 把请求排队，`step()` 每调用一次就让引擎前进一步（一次 prefill 或一次 decode）。
 # 3. 用引擎的 lifecycle log 打出一份"最小日志"：每一步里每个请求的 request id、prompt 长度和所处阶段（stage）。
+# 4. 第 1 讲的统一视角：服务行为同时取决于请求、之前的状态和当前的策略；用真实运行反驳三种常见误读。
 #
 # 本课用的是内置的 tiny model（2 层 Qwen3，随机权重）：生成的文字是乱码，但引擎的每个环节都是真的。
 # 有 GPU 时 `device="auto"` 会自动用 GPU。
 
 # %% [markdown instructor]
-# **教师注释**（学生版不含）· 共约 45 分钟
+# **教师注释**（学生版不含）· 共约 65 分钟
 #
 # | 节 | 分钟 | 预期数字（tiny model，2 核 CPU） |
 # | --- | --- | --- |
@@ -22,7 +23,8 @@
 # | 2. 一次 `generate` | 5 | greedy：两次 token 完全相同（断言） |
 # | 3. `add_request` + `step()` | 10 | 8 步 = 1 prefill + 7 decode（确定） |
 # | 4. 最小日志 | 10 | request 2 第一次调度在 step 3（确定） |
-# | 课堂练习 + 第 1 讲讨论任务 | 15 | 三种卡顿的归类是确定的（断言）；排队那一例 queue_time 占 TTFT 92%–95%（2 次运行） |
+# | 5. 状态化系统与三种误读 | 15 | step 数确定：prefix cache 命中时 prefill 少算、max_num_seqs=1 的等待步数 > 10 × max_num_seqs=8（断言）；batch 16 的 decode 每秒 token 数 > 4 × batch 1（断言），毫秒数随机器变 |
+# | 课堂练习 + 第 1 讲讨论任务与课堂讨论 | 20 | 三种卡顿的归类是确定的（断言）；KV 紧时被抢占、prefill 算的 token 超过 prompt 本身（断言），这次 1 次抢占、1.3 倍（确定） |
 #
 # 讨论任务 1 先让学生猜三次运行各是哪一种，再运行答案格子揭晓；TTFT 的百分比随机器变，归类不变。
 
@@ -140,6 +142,96 @@ for e in [e for e in small.log.events if e["seq_id"] == 0][:4]:
     print(json.dumps(e, ensure_ascii=False))
 
 # %% [markdown]
+# ## 5. 第 1 讲的统一视角：状态化系统
+#
+# 第 1 讲把推理服务表述为 "持续携带状态的在线服务系统"：
+#
+# $$\text{Service Behavior}_t = f(\text{Request}_t,\ \text{State}_{t-1},\ \text{Policy}_t)$$
+#
+# 同一个请求（$\text{Request}_t$ 不变），系统的行为还取决于它到达时系统里已经有什么（$\text{State}_{t-1}$：KV cache、
+# prefix cache 里的 block、running / waiting 队列）和当时的策略（$\text{Policy}_t$：`max_num_seqs` 等调度配置）。
+# 下面把同一个请求放进四种情况，只看 log：它第一次被调度前等了几步、prefill 真正算了几个 token、第一个 token 在到达后第几步出来。
+# 用 step 计数，结果是确定的。
+
+# %%
+VICTIM = list(range(300, 364))                      # 64 tokens: the request we watch
+BACKGROUND = [list(range(10 + 50 * i, 58 + 50 * i)) for i in range(6)]
+
+
+def behave(max_num_seqs=8, busy=False, warm=False):
+    """Steps until the victim's first token, and the prompt tokens its prefill computed, for one state and policy."""
+    engine = LLM(MODEL, device="auto", max_num_seqs=max_num_seqs, kvcache_block_size=16)
+    sp = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    if warm:                                        # State_{t-1}: the same prompt was served before
+        engine.generate([VICTIM], SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=False)
+    if busy:                                        # State_{t-1}: six requests already running or queued
+        for prompt in BACKGROUND:
+            engine.add_request(prompt, sp)
+        engine.step()
+    start = len(engine.log.events)
+    seq_id = engine.add_request(VICTIM, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
+    while not engine.is_finished():
+        engine.step()
+    events = [e for e in engine.log.events[start:] if e["seq_id"] == seq_id]
+    arrived, first = events[0], next(e for e in events if e["event"] == "FIRST_TOKEN")
+    scheduled = next(e for e in events if e["event"] == "SCHEDULED")
+    return {"first_token_after_steps": first["step"] - arrived["step"], "prefill_tokens": scheduled["num_new_tokens"]}
+
+
+cases = {"空闲引擎": behave(),
+         "State: prefix cache 里已有这个 prompt": behave(warm=True),
+         "State: 6 个请求在前面；Policy: max_num_seqs=1": behave(max_num_seqs=1, busy=True),
+         "State: 6 个请求在前面；Policy: max_num_seqs=8": behave(max_num_seqs=8, busy=True)}
+for name, r in cases.items():
+    print(f"{name:42} 第一个 token 在到达后第 {r['first_token_after_steps']:3d} 步；prefill 算了 {r['prefill_tokens']:2d} 个 token")
+idle, warm, queued, open_policy = cases.values()
+assert warm["prefill_tokens"] < idle["prefill_tokens"], "state changes the work"
+assert queued["first_token_after_steps"] > 10 * max(1, open_policy["first_token_after_steps"]), "policy changes the wait"
+
+# %% [markdown]
+# 同一个请求，四种行为（上一格的断言）：prefix cache 里的 block（状态）让 prefill 少算了大半；前面有 6 个请求时，
+# `max_num_seqs=1`（策略）让它等到前面的请求一个个做完，`max_num_seqs=8` 让它下一步就进 batch。
+# 这就是讲义说 "调度、缓存与执行路径形成连续耦合关系" 的意思：看一个请求的延迟，必须同时看它到达时的状态和当时的策略。
+#
+# ### 5.1 三种常见误读（第 1 讲），各用一次运行反驳
+#
+# 1. **"输出慢说明模型不够强。"** 上面四种情况用的是同一个模型、同一个请求，第一个 token 出来的步数差了十倍以上：慢在状态和策略，
+#    不在模型。
+# 2. **"换更快 kernel 就能解决服务问题。"** kernel 快一倍，最多让每一步快一倍，等待的 **步数** 不变；上面把策略从
+#    `max_num_seqs=1` 改成 8，等待的步数少了十倍以上。排队主导时，改策略比改 kernel 有效得多（下一格算出两者能省下的比例）。
+# 3. **"设备利用率低就一定算力浪费。"** decode 一步只为每个请求算一个 token，batch 小时算力大部分闲着，但这一步的时间
+#    主要花在读权重和状态、以及固定开销上（Tutorial 02 第 5 节）；闲着的算力不是 "浪费" 掉、能被更快的 kernel 拿回来的，
+#    要靠 batching（让同一次读取服务更多 token）拿回来。下一格量 batch 1 和 batch 16 的 decode 步。
+
+# %%
+import time
+
+
+def decode_step_seconds(batch, rounds=5):
+    """Fastest decode step of a batch of `batch` requests over a few rounds (another process only slows a round)."""
+    best = float("inf")
+    for _ in range(rounds):
+        engine = LLM(MODEL, device="cpu", max_num_seqs=batch, enable_prefix_caching=False)
+        for i in range(batch):
+            engine.add_request(list(range(20 + i, 36 + i)), SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))
+        engine.step()                               # the prefill
+        for _ in range(4):
+            start = time.perf_counter()
+            engine.step()
+            best = min(best, time.perf_counter() - start)
+    return best
+
+
+kernel_2x = 2.0                                     # a kernel twice as fast: at most 2x fewer seconds, same steps
+policy_gain = queued["first_token_after_steps"] / max(1, open_policy["first_token_after_steps"])
+print(f"误读 2：更快的 kernel 最多省 {1 - 1 / kernel_2x:.0%} 的等待；改策略省 {1 - 1 / policy_gain:.0%}")
+step_1, step_16 = decode_step_seconds(1), decode_step_seconds(16)
+print(f"误读 3：decode 一步 batch 1 {step_1 * 1e3:.2f} ms，batch 16 {step_16 * 1e3:.2f} ms："
+      f"同一步多算 16 倍的 token，时间只多 {step_16 / step_1:.1f} 倍")
+assert policy_gain > kernel_2x
+assert 16 * step_1 / step_16 > 4, "batching turns idle compute into tokens: over 4x the tokens per second"
+
+# %% [markdown]
 # ## 课堂练习
 #
 # **练习 1.** 对上面 `small` 这次运行，用 `small.log.events` 数出每个请求经历了几次 decode 步骤。
@@ -155,6 +247,16 @@ for e in [e for e in small.log.events if e["seq_id"] == 0][:4]:
 # 讨论收束问题：课程为何先从系统边界切入，而不是直接从单篇机制论文切入。
 #
 # （我们的引擎里，`example.py` 的位置是 `reference/llm.py` 的 `LLM`，`llm_engine.py` 是 `reference/engine/llm_engine.py`。）
+#
+# ### 第 1 讲的课堂讨论（讲义原文）
+#
+# 课堂讨论围绕系统边界、用户感知与状态瓶颈三个维度展开。
+#
+# - 大模型服务问题为何不能简化为"将模型部署出去"。
+# - 用户感知到的"卡顿"通常对应哪些系统现象。
+# - 哪些状态对象更容易成为瓶颈放大器。
+#
+# 每个回答都要指向一次运行里的一个数字（第 5 节的 `cases`，或者你自己的运行）。
 
 # %%
 # 在这里写你的答案（先自己做）
@@ -190,7 +292,8 @@ assert first_sched[2] == first_finish + 1
 #
 # - 排队：`queue_time`（`ARRIVED` 到第一次 `SCHEDULED`）占了 TTFT 的大半；
 # - 状态：请求被 `PREEMPTED`（KV block 不够），要重新 prefill；
-# - 执行路径：相邻两个 token 之间的间隔（ITL）最长的那一段里夹着一个 prefill 步（别人的长 prompt 占住了那一步）。
+# - 执行路径：它相邻两个 token 之间隔了不止一步，中间那一步是别人的 prefill（别人的长 prompt 占住了那一步，这个 ITL 多了一整个 prefill）。
+#   用 step 而不是毫秒找这一段：机器偶尔一卡也能造出一个长 ITL，但 "这一步没有调度它" 只有 log 能说。
 
 # %% [answer]
 from reference.metrics import request_metrics
@@ -204,11 +307,13 @@ def diagnose(events, seq_id):
     if m.queue_time > 0.5 * m.ttft:
         return f"排队（queue_time 占 TTFT {m.queue_time / m.ttft:.0%}）"
     tokens = [e for e in events if e["seq_id"] == seq_id and e["event"] in ("FIRST_TOKEN", "TOKEN")]
-    gaps = [(b["time"] - a["time"], a["step"], b["step"]) for a, b in zip(tokens, tokens[1:])]
-    _, before, after = max(gaps)
+    # the gap between two of its tokens that spans the most steps: a step it sat out is someone else's step
+    gap_steps, before, after, ms = max((b["step"] - a["step"], a["step"], b["step"], (b["time"] - a["time"]) * 1e3)
+                                       for a, b in zip(tokens, tokens[1:]))
     prefill_steps = [e["step"] for e in events if e["event"] == "STEP" and e["is_prefill"] and before < e["step"] < after]
     if prefill_steps:
-        return f"执行路径（最长 ITL 从 step {before} 到 {after}，中间 step {prefill_steps[0]} 是别人的 prefill）"
+        return (f"执行路径（token 之间隔了 {gap_steps} 步：step {before} 到 {after}，中间 step {prefill_steps[0]} "
+                f"是别人的 prefill，这个 ITL {ms:.1f} ms）")
     return "看不出来"
 
 
@@ -253,3 +358,29 @@ print("step() calls in the manual loop above:", step_no, "= every token of every
 # **讨论收束问题** 因为单篇机制论文（PagedAttention、chunked prefill……）都只改系统里的一个控制点；
 # 先画清系统边界和请求、状态、控制点，才知道一个机制改的是哪一段、该用哪个指标验证它（上面三种卡顿就是例子）。
 
+# %% [markdown answer]
+# #### 第 1 讲的课堂讨论
+#
+# **为何不能简化为 "将模型部署出去"**：第 5 节里同一个模型、同一个请求，第一个 token 出来的步数差了十倍以上，prefill 要算的 token 也差了一大半，
+# 差别全部来自部署之后才存在的东西：队列里有谁（状态）、调度怎么配（策略）、cache 里有什么（状态）。"部署出去" 只回答了模型能不能跑，
+# 回答不了这些。
+#
+# **"卡顿" 对应哪些系统现象**：上面讨论任务 1 的三种 —— 排队（queue_time 占 TTFT 的大半）、状态（被抢占后重算）、
+# 执行路径（别人的 prefill 插进来，ITL 出现尖峰）；每一种在 log 里都有自己的证据。
+#
+# **哪些状态对象更容易成为瓶颈放大器**：放大的意思是 "一点点不够，代价成倍增加"。下面的运行里 KV cache 只差几个 block：
+
+# %% [answer]
+tight = LLM(MODEL, device="auto", max_num_seqs=4, kvcache_block_size=16, num_kvcache_blocks=10, enable_prefix_caching=False)
+prompts = [list(range(40 + 30 * i, 80 + 30 * i)) for i in range(4)]          # 4 x 40 tokens = 4 x 3 blocks at most
+tight.generate(prompts, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True), use_tqdm=False)
+prefilled = sum(e["num_new_tokens"] for e in tight.log.events if e["event"] == "SCHEDULED" and e["is_prefill"])
+preempted = sum(e["event"] == "PREEMPTED" for e in tight.log.events)
+print(f"KV cache：{preempted} 次抢占，prefill 共算了 {prefilled} 个 token，prompt 本身只有 {sum(map(len, prompts))} 个 "
+      f"（{prefilled / sum(map(len, prompts)):.1f} 倍）")
+assert preempted > 0 and prefilled > sum(map(len, prompts))
+
+# %% [markdown answer]
+# KV cache 只差几个 block，被抢占的请求就要把已经算过的 prompt 和生成的 token 全部重算一遍：prefill 的工作量超过了 prompt 本身
+# （上面打印的倍数，断言大于 1；抢占越多倍数越大），重算又占着别人的 step —— 一个小缺口被放大成了全体的延迟。另外两个常见的放大器：waiting 队列（排在一个长请求后面的所有请求一起等，
+# 队头阻塞），和会话历史（多轮对话每轮把整个历史重新 prefill，Tutorial 05 的 prefix caching 就是为它准备的）。

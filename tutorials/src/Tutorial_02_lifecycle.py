@@ -8,23 +8,25 @@
 #
 # 1. 说出一个请求在引擎里经过的状态：queued → prefill → decode → finished，以及 preempted（被抢占后重新排队）。
 # 2. 从 lifecycle log 画出每个请求的时间线（timeline），看懂 prefill-first 调度下 decode 为什么会"停顿"。
-# 3. 把 TTFT 拆成三段：**queue**（排队）+ **schedule**（调度开销）+ **prefill**（前向计算、采样、后处理），并验证三段之和正好等于 TTFT。
+# 3. 把 TTFT 拆成三段：**queue**（排队）+ **schedule**（调度开销）+ **prefill**（前向计算、采样、后处理），并说明为什么少了第 1 讲的 T_return。
 # 4. 看 chat template 如何把一句很短的话变成长得多的 prompt。
-# 5. 量出 prefill（compute-bound）和 decode（memory-bound）每一步的时间怎样随 token 数、batch 变化。
-# 6. 用真实运行验证 T_e2e = TTFT + (N_out − 1)·TPOT + T_stream，看流式返回如何扣住被拆开的汉字。
+# 5. 从模型的形状算出 prefill 和 decode 的 arithmetic intensity（roofline），再看这台 CPU 和课程记录的 H100 上量到了什么、为什么不一样。
+# 6. 第 1 讲的端到端公式：为什么写成 (N_out − 1)·TPOT，怎样用它预测一个请求的 e2e；看流式返回如何扣住被拆开的汉字。
 
 # %% [markdown instructor]
-# **教师注释**（学生版不含）· 共约 75 分钟，对应第 3 讲
+# **教师注释**（学生版不含）· 共约 90 分钟，对应第 3 讲（第 6 节对应第 1 讲的公式）
+#
+# 下表每个数字都有格子里的断言（括号里是断言的界）；只说 "随机器变" 的数字没有断言，不要拿它们和学生对答案。
 #
 # | 节 | 分钟 | 预期数字（tiny model，2 核 CPU） |
 # | --- | --- | --- |
 # | 1. 小场景 | 10 | 191 步、8 个请求、7 次抢占（确定：固定种子、`ignore_eos`） |
 # | 2. 时间线 | 15 | stalled 8 步、preempted 157 步（确定） |
-# | 3. TTFT 分解 | 10 | 三段之和 = TTFT（断言，误差 < 1 µs）；毫秒数随机器变 |
+# | 3. TTFT 分解 | 10 | 三段之和 = TTFT（断言，误差 < 1 µs）；毫秒数随机器变。讲清 T_return 为什么不在这里 |
 # | 4. chat template | 5 | token 数严格递增（断言） |
-# | 5. prefill vs decode | 10 | 16 倍 token：prefill 步的时间涨幅超过 decode 步的两倍（断言）；具体倍数随机器和引擎变 |
-# | 6. 端到端公式与流式返回 | 5 | 四项之和 = 客户端 e2e（断言）；"好" 被拆成 3 个 token，扣住 2 次（确定） |
-# | 课堂练习 + 第 3 讲练习 | 20 | TTFT 总和中 queue 占 93%–94%、prefill 6%–7%（2 次运行）；多算的 prefill token 304（确定） |
+# | 5. roofline 与实测 | 20 | FLOPs 公式 = `FlopCounterMode`（断言，确定）；Qwen3-0.6B 形状：prefill 512 的 I > ridge > 10 × decode batch 256 的 I（断言）；CPU：16 倍 token 时 prefill 步的涨幅 > 2 × decode 步的涨幅，512 → 2048 个 token 涨 > 4 倍（断言；tiny 的 n² 项）；H100 记录：decode 一个 token 的成本 > 5 × prefill、batch ≥ 40 时读 KV ≥ 90% 拷贝带宽（断言） |
+# | 6. 端到端公式与流式返回 | 10 | decode 步数 = N_out − 1（断言，确定）；16 个 token 的请求预测 64 个 token 的 e2e，误差 < 30%（断言；通常偏低 5%–20%）；"好" 被拆成 3 个 token，扣住 2 次（确定） |
+# | 课堂练习 + 第 3 讲练习 | 20 | TTFT 总和中 queue 是主导项（断言）；多算的 prefill token 304（确定） |
 #
 # 第 3 讲的练习一到三先让学生在纸上画时序图，再运行答案格子对照五个节点的 step。
 
@@ -153,7 +155,7 @@ def states_per_step(events, num_steps):
 states = states_per_step(events, llm.step_index)
 COLORS = {"queued": "#bbbbbb", "prefill": "#d62728", "decode": "#1f77b4", "stalled": "#ffbf00",
           "preempted": "#9467bd"}
-fig, ax = plt.subplots(figsize=(11, 3.6))
+fig, ax = plt.subplots(figsize=(7, 3.4))
 for seq_id, row in states.items():
     for step, state in enumerate(row):
         if state is not None:
@@ -186,6 +188,44 @@ for seq_id, row in states.items():
         print(f"request {seq_id}: preempted for {row.count('preempted')} steps, prefilled {n_prefill} times")
 
 # %% [markdown]
+# ### 2.1 `Sequence`：请求跨阶段存活的那个对象（第 3 讲）
+#
+# 第 3 讲："如果不能说清 Sequence 承载了哪些字段，就很难讲明请求是如何跨阶段存活的"，并点名四个字段：
+# `status`、`num_cached_tokens`、`block_table`、`last_block_num_tokens`。跟着一个请求（block 大小 16，prompt 30 个 token）走一遍：
+
+# %%
+solo = LLM(MODEL, device="auto", kvcache_block_size=16, enable_prefix_caching=False)
+solo_id = solo.add_request(list(range(1, 31)), SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))
+seq = solo.scheduler.waiting[0]
+FIELDS = ("status", "num_cached_tokens", "block_table", "last_block_num_tokens")
+
+
+def fields(seq):
+    return {"len": len(seq), **{name: getattr(seq, name) for name in FIELDS}, "block_table": list(seq.block_table)}
+
+
+trail = [("after add_request", fields(seq))]
+while not solo.is_finished():
+    solo.step()
+    trail.append((f"after step {solo.step_index - 1}", fields(seq)))
+for when, f in trail:
+    print(f"{when:18} len={f['len']:2d} status={f['status'].name:8} cached={f['num_cached_tokens']:2d} "
+          f"block_table={f['block_table']} last_block_num_tokens={f['last_block_num_tokens']}")
+assert [f["status"].name for _, f in trail][:2] == ["WAITING", "RUNNING"] and trail[-1][1]["status"].name == "FINISHED"
+running = [f for _, f in trail if f["status"].name == "RUNNING"]
+assert all(f["last_block_num_tokens"] == f["len"] - 16 * ((f["len"] - 1) // 16) for f in running)
+assert all(len(f["block_table"]) == -(-f["num_cached_tokens"] // 16) for f in running)   # blocks hold the cached K/V
+assert trail[-1][1]["block_table"] == [] and trail[-1][1]["num_cached_tokens"] == 0
+
+# %% [markdown]
+# 四个字段把 "请求内容、调度状态、KV 元数据" 压在同一个对象上（讲义的原话）：`status` 是调度器看的（waiting → running → finished），
+# `num_cached_tokens` 是已经有 K/V 的 token 数（prefill 之后等于整个 prompt，decode 时每步加一），`block_table` 是它的 KV 放在哪些物理 block 里，
+# `last_block_num_tokens` 是按长度算的最后一个 block 里的 token 数 —— 长度到 33 时它回到 1。注意 `block_table` 晚一步才多出第 3 个 block：
+# 刚采样出来的第 33 个 token 还没有 K/V，要等下一步把它的 K/V 写进 cache 时才需要新 block，所以 block 数始终是
+# `num_cached_tokens` 除以 16 向上取整（断言；`docs/design.md` 的 edge case 5）。
+# 请求结束时 block 还给 pool，`block_table` 被清空、`num_cached_tokens` 归零（断言）：这就是讲义说的 "完成后的尾部动作"。
+
+# %% [markdown]
 # ## 3. TTFT = queue + schedule + prefill
 #
 # 对每个请求（时间都来自 `time.perf_counter()`，和 log 用的是同一个时钟）：
@@ -195,6 +235,11 @@ for seq_id, row in states.items():
 # - **prefill** = `FIRST_TOKEN` − `ModelRunner.run` 开始（前向计算、采样、后处理）
 #
 # 三段首尾相接，所以和一定等于 `FIRST_TOKEN − ARRIVED`，也就是 `reference.metrics` 算出的 TTFT。
+#
+# **和第 1 讲的不同**：讲义的公式是 $TTFT = T_{\text{queue}} + T_{\text{schedule}} + T_{\text{prefill}} + T_{\text{return}}$。
+# 这里没有 $T_{\text{return}}$（首个 token 从引擎交到用户手里：detokenize、扣住半个汉字、HTTP/SSE 写回），
+# 因为本节的 TTFT 按 vLLM 和 `reference.metrics` 的定义，在引擎采样出第一个 token（`FIRST_TOKEN`）时截止，而 lifecycle log
+# 只记录引擎里发生的事。第 6 节在客户端把 $T_{\text{return}}$ 量出来；Tutorial 08 的 HTTP 服务里它还包括网络和 SSE。
 
 # %%
 metrics = request_metrics(events)
@@ -214,7 +259,7 @@ for seq_id, m in metrics.items():
           f"+ prefill {prefill * 1e3:6.2f} ms = TTFT {m.ttft * 1e3:7.2f} ms")
 
 # %%
-fig, (ax, ax_pct) = plt.subplots(1, 2, figsize=(11, 3.2))
+fig, (ax, ax_pct) = plt.subplots(1, 2, figsize=(7, 3.0))
 ids = [r[0] for r in rows]
 bottom, bottom_pct = [0.0] * len(rows), [0.0] * len(rows)
 for k, (name, color) in enumerate([("queue", "#bbbbbb"), ("schedule", "#2ca02c"), ("prefill", "#d62728")], start=1):
@@ -270,27 +315,163 @@ assert lengths["raw text"] < lengths["user only"] < lengths["system + user"] < l
 # 多轮对话里，历史部分每一轮都一样，没必要每轮都重算。
 
 # %% [markdown]
-# ## 5. Prefill 是 compute-bound，decode 是 memory-bound：在这台机器上量
+# ## 5. Prefill 与 decode：arithmetic intensity（roofline），再量一量
 #
-# 讲义说 prefill "计算密集"、decode "显存带宽敏感"。不用猜，量每一步的时间。这一节固定在 **CPU** 上量：
-# tiny model 在 GPU 上太小，1024 个 token 的 prefill 也只是几十个 kernel launch，每一步的时间几乎都是固定开销，
-# 看不出两者的区别（在 H100 上量过：prefill 1024 和 64 个 token 一样快）。Qwen3-0.6B 大小的模型在 H100 上每一步的时间
-# 随 decode batch 怎样变，课程仓库的 `docs/performance.md` 有实测（bench-256 按 batch 分段）。
+# 第 3 讲的核心区分：prefill "更计算密集"，decode "单轮较轻，但迭代频繁，更依赖状态驻留"。把它变成可以算的数，
+# 用的是 **arithmetic intensity**（算术强度）：一步做的浮点运算除以这一步必须搬的字节数。
 #
-# - prefill：一个请求，prompt 从 32 到 2048 个 token，量 prefill 那一步（比较 128 → 2048：prompt 再短，一步的时间几乎全是
-#   调度、采样这些固定开销，看不出 token 数的作用；CPU 上的 lab 1–3 release 用 transformers 的 forward 代替 lab 4 的
-#   model runner，它的 prefill 更快，128 个 token 的一步更是几乎只剩固定开销）；
+# $$I = \frac{\text{FLOPs}}{\text{bytes moved}} \qquad\text{ridge} = \frac{\text{峰值算力 (FLOP/s)}}{\text{显存带宽 (byte/s)}}$$
+#
+# $I$ 高于 ridge 的一步受算力限制（compute-bound），低于它的受带宽限制（memory-bound）：这就是 **roofline** 模型。
+# 一步的两类开销，全部可以从模型的形状（`config.json`）算出来（$n$ 是这一步算的新 token 数，$b$ 是每个值的字节数，
+# $P$ 是每层线性层的权重数乘层数 $L$，$H$、$d$ 是 query head 数和 head_dim，$n_{kv}$ 是 KV head 数）：
+#
+# - 线性层（QKV、o、MLP）：$2nP$ 次浮点运算，权重每一步读一遍，$Pb$ 字节 —— 和 batch 里有多少 token 无关；
+# - attention：prefill 一个 $n$ 个 token 的 prompt 算 $QK^\top$ 和 $PV$，$4n^2HdL$（整个 $n\times n$ 矩阵，本引擎 CPU 上的
+#   torch backend 就是这样算的；flash attention 只算因果的一半）；decode 一个 batch 的 $B$ 个序列、每个上下文 $c$，
+#   算 $4BcHdL$，还要把 $Bc$ 个 token 的 K/V 读一遍，$2Bc\,n_{kv} d\, b L$ 字节。
+#
+# 所以 prefill 的 $I \approx 2n/b$ 随 prompt 变长而变大；decode 的 $I$ 在 batch 大时趋向 $2H/(n_{kv} b)$ ——
+# 每读一个 K/V 值只做几次运算，**和 batch 多大无关**。下面先用一条独立的路线核对公式：PyTorch 的 `FlopCounterMode`
+# 数出 transformers 的 tiny model 做一次 prefill 真正调用了多少次浮点运算。
+
+# %%
+import json
+
+import numpy as np
+from torch.utils.flop_counter import FlopCounterMode
+from transformers import AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
+
+with open(os.path.join(MODEL, "config.json")) as f:
+    tiny = json.load(f)
+# Qwen3-0.6B 的形状（课程在 GPU 上 benchmark 用的就是它，docs/performance.md）
+QWEN3_06B = {"num_hidden_layers": 28, "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8,
+             "head_dim": 128, "intermediate_size": 3072, "vocab_size": 151936}
+
+
+def linear_weights(cfg):
+    """Weights of the per-layer linear layers (QKV, o, gate/up, down) of all layers: P in the text."""
+    h, q, kv, inter = cfg["hidden_size"], cfg["num_attention_heads"] * cfg["head_dim"], \
+        cfg["num_key_value_heads"] * cfg["head_dim"], cfg["intermediate_size"]
+    return cfg["num_hidden_layers"] * (h * (q + 2 * kv) + q * h + h * 2 * inter + inter * h)
+
+
+def prefill_cost(cfg, n, b):
+    """(FLOPs, bytes) of prefilling one n-token prompt: full n x n attention, weights read once, K/V written."""
+    attn = 4 * n * n * cfg["num_attention_heads"] * cfg["head_dim"] * cfg["num_hidden_layers"]
+    lm_head = 2 * cfg["hidden_size"] * cfg["vocab_size"]                       # logits of the last token only
+    kv_bytes = 2 * n * cfg["num_key_value_heads"] * cfg["head_dim"] * b * cfg["num_hidden_layers"]
+    return 2 * n * linear_weights(cfg) + attn + lm_head, (linear_weights(cfg) + cfg["hidden_size"] * cfg["vocab_size"]) * b + kv_bytes
+
+
+def decode_cost(cfg, batch, context, b):
+    """(FLOPs, bytes) of one decode step: `batch` sequences, each attending to `context` cached tokens."""
+    heads, kv, d, layers = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["num_hidden_layers"]
+    flops = 2 * batch * linear_weights(cfg) + 4 * batch * context * heads * d * layers \
+        + 2 * batch * cfg["hidden_size"] * cfg["vocab_size"]
+    return flops, (linear_weights(cfg) + cfg["hidden_size"] * cfg["vocab_size"]) * b \
+        + 2 * batch * context * kv * d * b * layers
+
+
+hf_logging.disable_progress_bar()
+hf = AutoModelForCausalLM.from_pretrained(MODEL, attn_implementation="eager", dtype=torch.float32).eval()
+for n in (128, 512):
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        hf(torch.randint(0, tiny["vocab_size"] - 3, (1, n)), logits_to_keep=1)
+    print(f"prefill {n} tokens: formula {prefill_cost(tiny, n, 4)[0]:,} FLOPs, FlopCounterMode {counter.get_total_flops():,}")
+    assert prefill_cost(tiny, n, 4)[0] == counter.get_total_flops()
+
+# %% [markdown]
+# 公式和实际调用的运算次数完全一致。现在对 Qwen3-0.6B 的形状（bf16，$b=2$）算两种步骤的 $I$，和 H100 的 ridge 比一比。
+# ridge 用课程自己在 H100 上 **记录的** 两个数（不是厂商的标称值）：GEMM 的实测算力（一个 prefill 步的 112 个投影单独跑，
+# `scripts/profile_prefill.py`）和实测的拷贝带宽（`band_windows_probe.py`），文件在课程仓库的 `docs/results/`。
+# 这份 notebook 不在课程仓库里运行时（例如学生的 release），那些文件不在，下面的格子会说明并跳过 GPU 的数字。
+
+# %%
+RESULTS = os.path.join(os.pardir, "docs", "results")           # the course repository's recorded GPU runs
+PREFILL_RUN = os.path.join(RESULTS, "2026-11-25", "prefill_all.json")
+DECODE_RUN = os.path.join(RESULTS, "2026-11-25", "session12", "call1_band_windows.json")
+RECORDED = os.path.isfile(PREFILL_RUN) and os.path.isfile(DECODE_RUN)
+if RECORDED:
+    with open(PREFILL_RUN) as f:
+        prefill_rec = json.load(f)
+    with open(DECODE_RUN) as f:
+        decode_rec = json.load(f)
+    peak_flops, bandwidth = prefill_rec["gemm_tflops"] * 1e12, decode_rec["copy_GBps"] * 1e9
+    print(f"H100 80GB HBM3（记录于 2026-11-25，docs/performance.md session 6 / session 12）："
+          f"GEMM {peak_flops / 1e12:.0f} TFLOP/s，拷贝 {bandwidth / 1e12:.2f} TB/s → ridge {peak_flops / bandwidth:.0f} FLOP/byte")
+else:
+    print("docs/results/ 不在这里（不是课程仓库）：GPU 的记录数字见课程仓库的 docs/performance.md；下面只算形状")
+    peak_flops, bandwidth = None, None
+ridge = peak_flops / bandwidth if RECORDED else None
+
+print(f"{'step':34} {'FLOPs':>10} {'bytes':>10} {'I (FLOP/byte)':>14}")
+intensity = {}
+for name, (flops, nbytes) in {
+        "prefill, 1 prompt of 512": prefill_cost(QWEN3_06B, 512, 2),
+        "prefill, 1 prompt of 2048": prefill_cost(QWEN3_06B, 2048, 2),
+        "decode, batch 1, context 550": decode_cost(QWEN3_06B, 1, 550, 2),
+        "decode, batch 256, context 550": decode_cost(QWEN3_06B, 256, 550, 2)}.items():
+    intensity[name] = flops / nbytes
+    print(f"{name:34} {flops:10.2e} {nbytes:10.2e} {flops / nbytes:14.1f}")
+gqa_limit = 2 * QWEN3_06B["num_attention_heads"] / (QWEN3_06B["num_key_value_heads"] * 2)
+print(f"decode 的 attention 部分：每读一个字节 {gqa_limit:.0f} 次运算（2·H / (n_kv·b)），batch 再大也不变")
+assert intensity["prefill, 1 prompt of 512"] > 100 * intensity["decode, batch 1, context 550"]
+assert intensity["decode, batch 256, context 550"] < 10 * gqa_limit
+if RECORDED:
+    assert intensity["prefill, 1 prompt of 512"] > ridge > 10 * intensity["decode, batch 256, context 550"]
+
+# %%
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+
+def plain_log_ticks(ax):
+    """Label log axes 1, 10, 100 instead of 10^0, 10^1, 10^2 (printed exponents would be 70% of the label size)."""
+    for axis in (ax.xaxis, ax.yaxis):
+        if axis.get_scale() == "log":
+            axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+            axis.set_minor_formatter(NullFormatter())
+
+fig, ax = plt.subplots(figsize=(6.5, 3.6))
+ax.set(xscale="log", yscale="log")
+roof_x = np.logspace(-0.5, 3.5, 200)
+if RECORDED:
+    ax.loglog(roof_x, np.minimum(peak_flops, bandwidth * roof_x) / 1e12, color="gray", label="H100 roof (recorded)")
+points = {"prefill": [(n, prefill_cost(QWEN3_06B, n, 2)) for n in (128, 512, 2048)],
+          "decode": [(batch, decode_cost(QWEN3_06B, batch, 550, 2)) for batch in (1, 16, 256)]}
+for (kind, pts), (marker, color) in zip(points.items(), (("o", "#d62728"), ("s", "#1f77b4"))):
+    xs = [f / nb for _, (f, nb) in pts]
+    ys = [min(peak_flops, bandwidth * x) / 1e12 if RECORDED else 1.0 for x in xs]
+    ax.scatter(xs, ys, marker=marker, color=color, zorder=3, label=kind)
+    for (size, _), x, y in zip(pts, xs, ys):
+        ax.annotate(f"{'n' if kind == 'prefill' else 'B'}={size}", (x, y), textcoords="offset points",
+                    xytext=(4, -12 if kind == "decode" else 6), fontsize=8)
+ax.set(xlabel="arithmetic intensity (FLOP/byte)", ylabel="attainable TFLOP/s",
+       title="Qwen3-0.6B shape, bf16: prefill vs decode")
+plain_log_ticks(ax)
+ax.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# 读图（上面的断言保证）：prefill 一个几百 token 的 prompt，$I$ 就已经在 ridge 右边 —— 受算力限制，时间跟着 FLOPs 走；
+# decode 即使 batch 到 256，也在 ridge 左边很远 —— 每一步的时间是 **把权重和 KV cache 读一遍** 的时间，
+# batch 变大只是让同一次读取分给更多 token。这就是讲义说 decode "更依赖状态驻留" 的定量含义：decode 的成本是 KV 这个状态的大小。
+
+# %% [markdown]
+# ### 5.1 在这台机器（CPU）上量：tiny model 量到的是什么
+#
+# 下面量每一步的时间（固定在 CPU 上：tiny model 在 GPU 上太小，每一步几乎全是 kernel launch 的固定开销）：
+#
+# - prefill：一个请求，prompt 从 32 到 2048 个 token，量 prefill 那一步；
 # - decode：batch 里 1 到 16 个请求，量 decode 步。
 #
 # 每个点量 5 次取最小值：别的进程抢 CPU 只会让一次测量变慢、不会变快，所以最小值最接近这台机器本来的速度
 # （一步里的几个 decode 步仍取中位数）。5 轮交错着量（每轮把所有点各量一次）：机器忙的那几秒只拖慢一轮，
-# 而不是某一个点的全部 5 次。如果 prefill 是 compute-bound，它的时间应该随 token 数近似线性增长；
-# 如果 decode 受 "每一步都要把全部权重读一遍"（以及固定开销）限制，它的时间几乎不随 batch 增长：每个 token 的成本随 batch 下降。
+# 而不是某一个点的全部 5 次。
 
 # %%
-import numpy as np
-
-
 def timed_steps(prompt_lens, max_tokens, decode_steps=0):
     """Median wall time of the prefill step and of the next `decode_steps` decode steps."""
     engine = LLM(MODEL, device="cpu", enable_prefix_caching=False, max_num_seqs=64,
@@ -320,11 +501,12 @@ for n, t in prefill_s.items():
 for b, t in decode_s.items():
     print(f"decode batch {b:3d}: {t * 1e3:7.2f} ms/step  {t / b * 1e6:7.1f} us/token")
 
-fig, ax = plt.subplots(figsize=(7, 3.4))
+fig, ax = plt.subplots(figsize=(6.5, 3.4))
 ax.loglog(PREFILL_TOKENS, [prefill_s[n] / n * 1e6 for n in PREFILL_TOKENS], "o-", color="#d62728", label="prefill (1 request)")
 ax.loglog(DECODE_BATCH, [decode_s[b] / b * 1e6 for b in DECODE_BATCH], "s-", color="#1f77b4", label="decode (batch)")
 ax.set(xlabel="tokens computed in the step", ylabel="us per token", title="cost per token (tiny model, CPU)")
-ax.legend()
+plain_log_ticks(ax)
+ax.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
 
@@ -334,19 +516,105 @@ print(f"16x tokens: prefill step {prefill_growth:.1f}x longer, decode step {deco
 assert prefill_growth > 2 * decode_growth, "prefill time follows the tokens; decode time barely follows the batch"
 
 # %% [markdown]
-# 读图（上一格的断言保证）：decode 每个 token 的成本随 batch 变大而下降得快 —— 一步的时间主要是把权重读一遍和固定开销，
-# 多几个请求几乎不要钱，所以 decode 要靠 **batching** 提高效率（Tutorial 03）。prefill 一步里 token 已经很多，
-# 时间随 token 数增长，再加 token 就是再加计算（course engine 在 CPU 上到 2048 个 token 时涨得比线性还快：tiny model 的
-# hidden 只有 64，attention 里随 token 数平方增长的那一项占了大头）—— 所以长 prompt 的 prefill 会把同一步里所有 decode 请求拖住（Tutorial 02 第 2 节的 stalled，
-# Tutorial 07 的 chunked prefill）。tiny model 在 CPU 上数字很小，形状和 GPU 上的大模型一样。
+# 读数（上一格的断言保证）：decode 一步的时间几乎不随 batch 增长，每个 token 的成本随 batch 下降 —— 所以 decode 要靠
+# **batching** 提高效率（Tutorial 03）；prefill 一步的时间跟着 token 数涨。
+#
+# 但 **这不是 "prefill compute-bound 所以随 token 线性增长"**，也不是大模型在 GPU 上的形状。看 tiny model 的形状：
+# hidden 只有 64，每个 token 的线性层运算很少，而 attention 的 $n\times n$ 那一项随 $n^2$ 增长，几百个 token 以后它就占了大头；
+# CPU 上的 torch backend 还要把整个 $n\times n$ 的分数矩阵（fp32，每层每个 head 一份）写出来、做 `masked_fill` 和 `softmax`，
+# 2048 个 token 时这个矩阵早已放不进 CPU 的 cache，每一遍都在搬内存。所以从 512 到 2048，时间的增长比 token 数（4 倍）快得多。
+# 下一格从形状算出这一点，并和量到的比一比。
+
+# %%
+def attention_share(cfg, n):
+    """Fraction of a prefill step's FLOPs in the n x n attention term."""
+    attn = 4 * n * n * cfg["num_attention_heads"] * cfg["head_dim"] * cfg["num_hidden_layers"]
+    return attn / (attn + 2 * n * linear_weights(cfg))
+
+
+def crossover(cfg):
+    """Prompt length where the attention term equals the linear layers' FLOPs."""
+    return linear_weights(cfg) / (2 * cfg["num_attention_heads"] * cfg["head_dim"] * cfg["num_hidden_layers"])
+
+
+score_mib = tiny["num_attention_heads"] * 2048 ** 2 * 4 / 2**20
+for name, cfg in (("tiny", tiny), ("Qwen3-0.6B", QWEN3_06B)):
+    print(f"{name:10}: attention = linear FLOPs at n = {crossover(cfg):6.0f}; attention share at 512 / 2048: "
+          f"{attention_share(cfg, 512):.0%} / {attention_share(cfg, 2048):.0%}")
+print(f"tiny, 2048 tokens: the fp32 score matrix is {score_mib:.0f} MiB per layer")
+growth = prefill_s[2048] / prefill_s[512]
+flop_growth = prefill_cost(tiny, 2048, 4)[0] / prefill_cost(tiny, 512, 4)[0]
+print(f"512 -> 2048 tokens: FLOPs {flop_growth:.1f}x, measured time {growth:.1f}x (linear would be 4x)")
+assert crossover(tiny) < 512 < 2048 < crossover(QWEN3_06B)
+assert attention_share(tiny, 2048) > 0.8 and attention_share(QWEN3_06B, 2048) < 0.5
+assert growth > 4, "the tiny model's prefill grows faster than its token count: the n^2 term dominates"
 
 # %% [markdown]
-# ## 6. 端到端：T_e2e = TTFT + (N_out − 1)·TPOT + T_stream，和流式返回
+# 所以这台 CPU 上量到的 prefill 曲线，说的是 **tiny model 的 attention**：它的 $n^2$ 项在约 400 个 token 以后超过线性层，
+# 2048 个 token 时占八成以上的运算，再加上分数矩阵的内存搬运。Qwen3-0.6B 的线性层大得多，要到约 3,800 个 token
+# attention 才追上它们：在 GPU 上，常见长度的 prefill 时间主要是 GEMM，随 token 数近似线性，而且算力打满。
 #
-# 第 1 讲的公式，用 `LLM.stream` 在 **客户端** 量一次：
+# ### 5.2 同样的问题，在 H100 上：课程记录的数字
 #
-# - TTFT：从调用 `stream` 到 `FIRST_TOKEN`（log）；TPOT：`FIRST_TOKEN` 到最后一个 token 的平均间隔（log）；
-# - T_stream：最后一个 token 采样出来之后，到客户端拿到最后一段文字为止（detokenize + 交给调用者）。
+# 下面读课程在 H100 上记录的两次运行（Qwen3-0.6B 形状，bf16，Triton/flash 内核，CUDA graphs；命令和机器见
+# `docs/performance.md` 的 session 6 和 session 12），把它们放到上面的 roofline 上：
+
+# %%
+if RECORDED:
+    prefill_tokens = prefill_rec["tokens"]
+    prefill_ms = prefill_rec["forward_and_logits_ms"]
+    achieved = 2 * prefill_tokens * linear_weights(QWEN3_06B) / (prefill_ms / 1e3)
+    print(f"prefill 步：{prefill_rec['sequences']} 个 prompt、{prefill_tokens} 个 token，forward {prefill_ms:.1f} ms → "
+          f"{prefill_ms / prefill_tokens * 1e3:.2f} us/token；仅线性层就是 {achieved / 1e12:.0f} TFLOP/s")
+    kv_per_token = 2 * QWEN3_06B["num_hidden_layers"] * QWEN3_06B["num_key_value_heads"] * QWEN3_06B["head_dim"] * 2
+    decode_rows = []
+    for w in decode_rec["windows"]:
+        attention_us = w["by_group_us"]["attention"]
+        decode_rows.append((w["batch"], w["busy_us_per_step"], w["sum_context"] * kv_per_token / (attention_us / 1e6),
+                            w["by_group_us"]["GEMM"]))
+        print(f"decode 步，batch {w['batch']:3d}：GPU 忙 {w['busy_us_per_step'] / 1e3:5.2f} ms → "
+              f"{w['busy_us_per_step'] / w['batch']:6.1f} us/token；attention 读 KV {decode_rows[-1][2] / 1e12:.2f} TB/s；"
+              f"GEMM {w['by_group_us']['GEMM'] / 1e3:.2f} ms")
+    big = max(decode_rows)
+    small = min(decode_rows)
+    prefill_us_per_token = prefill_ms / prefill_tokens * 1e3
+    assert big[1] / big[0] > 5 * prefill_us_per_token, "a decode token costs several prefill tokens"
+    assert all(bw > 0.9 * bandwidth for batch, _, bw, _ in decode_rows if batch >= 40), "decode reads at the bandwidth"
+    assert achieved > 0.4 * peak_flops, "prefill runs at a large share of the GEMM rate"
+    assert max(g for *_, g in decode_rows) < 1.25 * min(g for *_, g in decode_rows), "GEMM time barely follows the batch"
+else:
+    print("没有 docs/results/：GPU 的数字见课程仓库 docs/performance.md（session 6 的 prefill、session 12 的 decode 分段）")
+
+# %% [markdown]
+# 读数（上一格的断言保证，数字来自 H100 的记录，不是这台机器）：
+#
+# - 一个 prefill token 只要约 2.6 µs，线性层达到 GEMM 实测算力的一半以上：prefill 是 **compute-bound**。
+# - decode 每个 token 要几十到一百多微秒；batch 40 以上时 attention 以 90% 以上的拷贝带宽读 KV cache，而 GEMM（读权重）
+#   每步的时间几乎不随 batch 变：decode 是 **memory-bound**，每步的时间由 KV cache 的大小决定。
+# - 所以长 prompt 的 prefill 会把同一步里所有 decode 请求拖住（第 2 节的 stalled，Tutorial 07 的 chunked prefill），
+#   而 decode 要靠 batching 和 KV 的组织（Tutorial 03、04）。
+
+# %% [markdown]
+# ## 6. 端到端：第 1 讲的公式，和流式返回
+#
+# 第 1 讲写的是
+#
+# $$T_{\text{end-to-end}} = TTFT + N_{\text{out}} \cdot T_{\text{decode-step}} + T_{\text{stream}}$$
+#
+# 本节用的是
+#
+# $$T_{\text{e2e}} = TTFT + (N_{\text{out}} - 1) \cdot TPOT + T_{\text{stream}}$$
+#
+# 和讲义不同的两处，以及原因：
+#
+# - **$N_{\text{out}} - 1$ 而不是 $N_{\text{out}}$**：第一个 token 是 prefill 那一步采样出来的，已经算在 TTFT 里；之后每个 decode 步产生一个 token，
+#   所以一个请求只经历 $N_{\text{out}} - 1$ 个 decode 步。讲义的写法把第一个 token 算了两次：$N_{\text{out}}$ 大时差一步无所谓，
+#   $N_{\text{out}}=1$ 时根本没有 decode 步。下面从 log 数出 decode 步来核对。
+# - **TPOT 代替 $T_{\text{decode-step}}$**：TPOT 是这个请求相邻 token 的平均间隔（vLLM 的定义，`reference.metrics`）。
+#   只有当这个请求每一步都被调度、没被别人的 prefill 打断（第 2 节的 stalled）时，它才等于一个 decode 步的时间。
+#
+# 这里的 TTFT 从 **客户端** 调用 `LLM.stream` 算到客户端收到第一段输出，所以包括第 3 节缺的 $T_{\text{return}}$；
+# $T_{\text{stream}}$ 是最后一个 token 采样出来之后，到客户端拿到最后一段文字为止（detokenize + 交给调用者）。
 #
 # 流式返回还有一个细节：byte-level tokenizer 会把一个汉字拆成几个 token，只收到一部分时解码出来是 `�`，
 # `LLM.stream` 会把这一段 **扣住**，等字凑齐再发。
@@ -364,29 +632,65 @@ assert "".join(deltas) == text and not any("\ufffd" in d for d in deltas)
 assert "" in deltas, "a split character is held back at least once"
 
 # %%
+def streamed_request(llm, max_tokens):
+    """One streamed request, timed at the client and in the engine's log."""
+    start = len(llm.log.events)
+    t_send = time.perf_counter()
+    chunks = [(time.perf_counter(), chunk) for chunk in
+              llm.stream([[5, 6, 7, 8] * 8], SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True))]
+    evs = [e for e in llm.log.events[start:] if e["seq_id"] is not None]
+    tokens = [e for e in evs if e["event"] in ("FIRST_TOKEN", "TOKEN")]
+    first_chunk = next(t for t, c in chunks if c.token_ids)
+    n_out = len(tokens)
+    return {"n_out": n_out, "chunks": chunks,
+            "decode_steps": sum(1 for e in evs if e["event"] == "SCHEDULED" and not e["is_prefill"]),
+            "ttft": first_chunk - t_send, "t_return": first_chunk - tokens[0]["time"],
+            "tpot": (tokens[-1]["time"] - tokens[0]["time"]) / (n_out - 1),
+            "t_stream": chunks[-1][0] - tokens[-1]["time"], "e2e": chunks[-1][0] - t_send}
+
+
 stream_llm = LLM(MODEL, device="auto")
-t_send = time.perf_counter()
-chunks = []
-for chunk in stream_llm.stream([[5, 6, 7, 8] * 8], SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)):
-    chunks.append((time.perf_counter(), chunk))
-t_last = chunks[-1][0]
-evs = [e for e in stream_llm.log.events if e["seq_id"] is not None]
-tokens = [e for e in evs if e["event"] in ("FIRST_TOKEN", "TOKEN")]
-n_out = len(tokens)
-ttft = tokens[0]["time"] - t_send
-tpot = (tokens[-1]["time"] - tokens[0]["time"]) / (n_out - 1)
-t_stream = t_last - tokens[-1]["time"]
-e2e = t_last - t_send
-print(f"TTFT {ttft * 1e3:.2f} ms + ({n_out} - 1) x TPOT {tpot * 1e3:.2f} ms + T_stream {t_stream * 1e3:.3f} ms "
-      f"= {(ttft + (n_out - 1) * tpot + t_stream) * 1e3:.2f} ms; measured e2e {e2e * 1e3:.2f} ms")
-print(f"{len(chunks)} chunks, text {sum(len(c.text) for _, c in chunks)} characters, "
-      f"{sum(1 for _, c in chunks if c.text == '')} chunks held back")
-assert abs(ttft + (n_out - 1) * tpot + t_stream - e2e) < 1e-9
-streamed = "".join(c.text for _, c in chunks)
-token_ids = [t for _, c in chunks for t in c.token_ids]
-assert t_stream >= 0 and streamed == tok.decode(token_ids, skip_special_tokens=True)
+streamed_request(stream_llm, 4)                                  # warm-up
+run = streamed_request(stream_llm, 24)
+print(f"N_out {run['n_out']}, decode steps in the log {run['decode_steps']}")
+print(f"TTFT {run['ttft'] * 1e3:.2f} ms (T_return {run['t_return'] * 1e3:.3f} ms of it) + ({run['n_out']} - 1) x "
+      f"TPOT {run['tpot'] * 1e3:.2f} ms + T_stream {run['t_stream'] * 1e3:.3f} ms; measured e2e {run['e2e'] * 1e3:.2f} ms")
+chunks = [c for _, c in run["chunks"]]
+print(f"{len(chunks)} chunks, text {sum(len(c.text) for c in chunks)} characters, "
+      f"{sum(1 for c in chunks if c.text == '')} chunks held back")
+assert run["decode_steps"] == run["n_out"] - 1, "the first token comes from prefill: N_out - 1 decode steps"
+assert run["t_return"] >= 0 and run["t_stream"] >= 0
+streamed = "".join(c.text for c in chunks)
+assert streamed == tok.decode([t for c in chunks for t in c.token_ids], skip_special_tokens=True)
 # tiny model 的输出是随机 token，其中有的字节本身就不是合法 UTF-8，最后解码出来也是 �；
 # 扣住的只是 "还可能被后面的 token 补全" 的尾巴，所以拼起来的文字和一次解码全部 token 完全相同。
+
+# %% [markdown]
+# 这四项加起来等于 e2e 吗？如果四项都取自 **同一个请求** 的时间戳，相等是恒等式：TPOT 的定义就是
+# $(t_{\text{FINISHED}} - t_{\text{FIRST\_TOKEN}}) / (N_{\text{out}} - 1)$，首尾相接的区间加起来当然等于总长，核对它什么也证明不了。
+# 公式真正的用处是 **预测**：用一个短请求量出的 TTFT、TPOT、$T_{\text{stream}}$，预测同一个 prompt、输出长得多的请求的 e2e，再实测对照。
+# 两种请求交替各跑 5 次，各取 e2e 最短的那一次（理由同第 5 节：机器忙只会让一次运行变慢）。
+
+# %%
+short_runs, long_runs = [], []
+for _ in range(5):
+    short_runs.append(streamed_request(stream_llm, 16))
+    long_runs.append(streamed_request(stream_llm, 64))
+short = min(short_runs, key=lambda r: r["e2e"])
+measured = min(r["e2e"] for r in long_runs)
+n_long = long_runs[0]["n_out"]
+predicted = short["ttft"] + (n_long - 1) * short["tpot"] + short["t_stream"]
+print(f"from the {short['n_out']}-token request: TTFT {short['ttft'] * 1e3:.2f} ms, TPOT {short['tpot'] * 1e3:.2f} ms, "
+      f"T_stream {short['t_stream'] * 1e3:.3f} ms")
+print(f"predicted e2e of the {n_long}-token request {predicted * 1e3:.1f} ms, measured {measured * 1e3:.1f} ms "
+      f"({predicted / measured - 1:+.0%})")
+assert abs(predicted / measured - 1) < 0.3, "the formula predicts a longer request's e2e within 30%"
+
+# %% [markdown]
+# 预测在 30% 以内（上一格的断言）：一个单独运行的请求，decode 步的时间只随上下文变长而慢慢变大（tiny model 的 KV 很小；
+# 预测通常偏低几个到十几个百分点，就是这一点），所以 16 个 token 量出的 TPOT 可以外推到 64 个 token。
+# 两种情况下这个外推会失败，也正是第 1 讲的主线：
+# 有别的请求在排队或 prefill 时（TTFT 里的 queue、TPOT 里的 stalled 步），以及 KV cache 大到读它成为 decode 的主要成本时（第 5 节）。
 
 # %% [markdown]
 # ## 课堂练习

@@ -87,7 +87,7 @@ snapshot("C (14 tokens) arrives", [A, C])
 
 # %%
 def draw_pool(snapshots, num_blocks):
-    fig, axes = plt.subplots(len(snapshots), 1, figsize=(10, 0.9 * len(snapshots) + 0.4))
+    fig, axes = plt.subplots(len(snapshots), 1, figsize=(7, 0.9 * len(snapshots) + 0.4))
     colors = {0: "#1f77b4", 1: "#ff7f0e", 2: "#2ca02c"}
     for ax, (title, owner) in zip(axes, snapshots):
         for b in range(num_blocks):
@@ -215,7 +215,7 @@ assert max(paged["running"]) > max(contiguous["running"])
 assert paged["steps"] < contiguous["steps"]
 
 # %%
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 3.8))
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7, 3.4))
 for r, color in ((contiguous, "#d62728"), (paged, "#1f77b4")):
     label = "contiguous" if r is contiguous else "paged"
     ax1.plot(r["decode_steps"], r["allocated"], color=color, label=f"{label}: allocated")

@@ -112,7 +112,7 @@ assert all(t["cached"] == 0 for t in without_cache)
 assert all(t["cached"] > 0 for t in with_cache[1:])
 
 # %%
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(7, 3.2))
 turn = np.arange(1, len(QUESTIONS) + 1)
 ax1.bar(turn - 0.2, [t["computed"] for t in without_cache], width=0.4, color="#d62728", label="no cache: computed")
 ax1.bar(turn + 0.2, [t["computed"] for t in with_cache], width=0.4, color="#1f77b4", label="cache: computed")

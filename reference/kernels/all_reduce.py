@@ -1,0 +1,115 @@
+"""A one-shot all-reduce for small messages: every rank writes its part into every other rank's memory.
+
+NCCL's all-reduce is built for bandwidth: a ring or tree of steps, each a
+handshake between neighbours. A decode step all-reduces a few hundred KiB
+twice per layer, where what counts is latency, not bandwidth. With every GPU
+able to reach every other GPU's memory (CUDA IPC, peer access over NVLink),
+one kernel does it in one round (as vLLM's custom all-reduce does):
+
+    1. write my x into my slot of every peer's buffer           (remote stores)
+    2. tell every peer "my data for call e is there"             (a flag in the peer's memory)
+    3. wait until every peer told me the same                    (spin on my own flags)
+    4. out = sum over ranks 0..N-1 of their parts, in fp32       (local reads only)
+       (+ the residual stream, when given: the add that ends a transformer block)
+
+Push, not pull: a remote store is posted and forgotten, where a remote load
+waits a round trip over NVLink; a first version that read the peers' buffers
+ran at about 40 GB/s (docs/performance.md). Each rank sums in the same order
+(rank 0 first), so all ranks get the same bits, which tensor parallelism
+needs: each continues from its own copy. With a residual the sum is rounded
+to the dtype first and then added in fp32 and rounded again, which is what
+`residual + all_reduce(x)` computes, bit for bit.
+
+The handshake must work inside a CUDA graph, where a kernel's arguments are
+frozen: the call number e lives in device memory (`epochs`, one counter per
+program, bumped by the kernel itself). Flags only grow, so nothing is ever
+reset. Two sets of slots alternate (by e's parity): a rank may write call
+e+1 while a slow peer still reads call e; by call e+2 that peer has finished
+call e (it has started e+1, and one stream runs one kernel after the other).
+That argument needs each program to touch the same elements in every call,
+so the grid is fixed (`programs`), whatever the size.
+
+A peer that never comes (it died) would hang the GPU: each wait gives up
+after `MAX_SPINS` polls and raises `error[0]`, and once it is raised no call
+waits again (a graph holds dozens of these calls); the results are then
+garbage, and the host finds the dead worker before the next step.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 2048            # elements per program per iteration: 16 per thread at 4 warps
+MAX_SPINS = 1 << 24     # polls of one flag before giving up (seconds: far beyond any live peer's lag)
+
+
+@triton.jit
+def _one_shot_all_reduce_kernel(x_ptr, residual_ptr, out_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes,
+                                slot_elems, WORLD: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+                                MAX_SPINS: tl.constexpr):
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    dtype = x_ptr.dtype.element_ty
+    epoch = tl.load(epochs_ptr + pid) + 1
+    tl.store(epochs_ptr + pid, epoch)
+    first_slot = (epoch % 2) * WORLD          # this call's set of slots: [parity][source rank]
+    lanes = tl.arange(0, BLOCK)
+    for p in tl.static_range(WORLD):                                # 1. my x into my slot of each peer
+        if p != rank:
+            peer_slot = (tl.load(addrs_ptr + p) + flag_bytes).to(tl.pointer_type(dtype)) \
+                + (first_slot + rank) * slot_elems
+            for start in range(pid * BLOCK, n, programs * BLOCK):
+                idx = start + lanes
+                tl.store(peer_slot + idx, tl.load(x_ptr + idx, mask=idx < n), mask=idx < n)
+    tl.debug_barrier()
+    for p in tl.static_range(WORLD):                                # 2. my flag in each peer's memory
+        if p != rank:
+            peer_flags = tl.load(addrs_ptr + p).to(tl.pointer_type(tl.int32))
+            tl.atomic_xchg(peer_flags + rank * programs + pid, epoch, sem="release", scope="sys")
+    own = tl.load(addrs_ptr + rank)
+    own_flags = own.to(tl.pointer_type(tl.int32))
+    for p in tl.static_range(WORLD):                                # 3. every peer's flag in mine
+        if p != rank:
+            spins = tl.where(tl.atomic_add(error_ptr, 0) == 0, 0, MAX_SPINS)   # given up before: do not wait
+            while (tl.atomic_add(own_flags + p * programs + pid, 0, sem="acquire", scope="sys") < epoch) \
+                    & (spins < MAX_SPINS):
+                spins += 1
+            if spins >= MAX_SPINS:
+                tl.atomic_xchg(error_ptr, 1)
+    tl.debug_barrier()
+    slots = (own + flag_bytes).to(tl.pointer_type(dtype)) + first_slot * slot_elems
+    for start in range(pid * BLOCK, n, programs * BLOCK):          # 4. the sum, rank 0 first, all local
+        idx = start + lanes
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for p in tl.static_range(WORLD):
+            if p == rank:
+                part = tl.load(x_ptr + idx, mask=idx < n, other=0.0)
+            else:
+                part = tl.load(slots + p * slot_elems + idx, mask=idx < n, other=0.0, cache_modifier=".cg")
+            acc += part.to(tl.float32)
+        y = acc.to(dtype)
+        if HAS_RESIDUAL:
+            y = (y.to(tl.float32) + tl.load(residual_ptr + idx, mask=idx < n, other=0.0).to(tl.float32)).to(dtype)
+        tl.store(out_ptr + idx, y, mask=idx < n)
+
+
+def buffer_bytes(world: int, max_bytes: int, flag_bytes: int) -> int:
+    """One rank's buffer: the flags, then two sets (by parity) of one slot per rank."""
+    return flag_bytes + 2 * world * max_bytes
+
+
+def one_shot_all_reduce(x: torch.Tensor, addrs: torch.Tensor, epochs: torch.Tensor, error: torch.Tensor,
+                        rank: int, world: int, flag_bytes: int, max_bytes: int, residual: torch.Tensor | None = None,
+                        max_spins: int = MAX_SPINS) -> torch.Tensor:
+    """Sum of x over the ranks (+ residual), written into residual if given, else into x; returns it.
+
+    `addrs[r]`: rank r's buffer (`buffer_bytes`); each slot holds `max_bytes`.
+    """
+    out = x if residual is None else residual
+    programs = epochs.numel()
+    _one_shot_all_reduce_kernel[(programs,)](x, out, out, x.numel(), addrs, epochs, error, rank, flag_bytes,
+                                             max_bytes // x.element_size(), WORLD=world,
+                                             HAS_RESIDUAL=residual is not None, BLOCK=BLOCK, MAX_SPINS=max_spins,
+                                             num_warps=4)
+    return out

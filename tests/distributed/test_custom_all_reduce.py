@@ -1,0 +1,139 @@
+"""The one-shot all-reduce (reference/kernels/all_reduce.py).
+
+On the CPU the Triton interpreter runs rank 0's side with rank 1's part
+already in place (its data in its buffer, its flags in rank 0's): the sum,
+the flags rank 0 leaves in rank 1's memory, the alternating halves, and the
+give-up when a peer never comes. On 2 GPUs (marked gpu) two processes
+all-reduce through CUDA IPC, eagerly and inside a CUDA graph, against the
+exact sum.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+import torch
+
+FLAG_BYTES = 4096
+
+
+def simulated_rank0(n: int, max_bytes: int, epochs: torch.Tensor, bufs, rank1_data: torch.Tensor, signal: bool,
+                    x: torch.Tensor, error: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """Rank 0's call with rank 1's part already pushed into rank 0's buffer (and, if `signal`, its flags set)."""
+    from reference.kernels.all_reduce import one_shot_all_reduce
+    programs = epochs.numel()
+    epoch = int(epochs[0]) + 1
+    slot = max_bytes // 4
+    first_slot = (epoch % 2) * 2
+    data0 = bufs[0][FLAG_BYTES // 4:]
+    data0[(first_slot + 1) * slot:(first_slot + 1) * slot + n] = rank1_data     # rank 1's slot in my buffer
+    if signal:   # rank 1 says: my data for call `epoch` is there
+        bufs[0][:FLAG_BYTES // 4].view(torch.int32)[programs:2 * programs] = epoch
+    addrs = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64)
+    return one_shot_all_reduce(x, addrs, epochs, error, 0, 2, FLAG_BYTES, max_bytes, residual=residual, max_spins=50)
+
+
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="runs under the Triton interpreter")
+def test_one_shot_all_reduce_under_the_interpreter():
+    pytest.importorskip("triton")
+    from reference.kernels.all_reduce import buffer_bytes
+    programs, n, max_bytes = 3, 5000, 4 * 6000
+    bufs = [torch.zeros(buffer_bytes(2, max_bytes, FLAG_BYTES) // 4, dtype=torch.float32) for _ in range(2)]
+    epochs = torch.zeros(programs, dtype=torch.int32)
+    error = torch.zeros(1, dtype=torch.int32)
+    for call in (1, 2, 3):
+        mine, theirs, residual = torch.randn(n), torch.randn(n), torch.randn(n)
+        x = mine.clone()
+        with_residual = call == 3
+        out = simulated_rank0(n, max_bytes, epochs, bufs, theirs, True, x, error,
+                              residual=residual.clone() if with_residual else None)
+        expected = mine + theirs
+        assert torch.equal(out, expected + residual if with_residual else expected), f"call {call}: wrong sum"
+        assert epochs.tolist() == [call] * programs
+        assert bufs[1][:FLAG_BYTES // 4].view(torch.int32)[:programs].tolist() == [call] * programs, \
+            "rank 0 did not tell rank 1 its data was there"
+        first_slot = (call % 2) * 2
+        pushed = bufs[1][FLAG_BYTES // 4 + first_slot * (max_bytes // 4):][:n]
+        assert torch.equal(pushed, mine), f"call {call}: my part is not in my slot of rank 1's buffer"
+    assert error.item() == 0
+    x = torch.randn(n)
+    simulated_rank0(n, max_bytes, epochs, bufs, torch.randn(n), False, x, error)   # rank 1 never comes
+    assert error.item() == 1
+
+
+def _rank(rank: int, init_file: str, result_file: str) -> None:
+    import torch.distributed as dist
+    from reference.distributed.custom_all_reduce import OneShotAllReduce
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=2,
+                            device_id=torch.device("cuda", rank))
+    control = dist.new_group(backend="gloo")
+    ar = OneShotAllReduce(rank, 2, torch.bfloat16, 256 * 4096 * 2, control)
+    failures = []
+
+    def check(x: torch.Tensor, label: str) -> None:
+        parts = [torch.empty_like(x) for _ in range(2)]
+        dist.all_gather(parts, x)
+        if not torch.equal(parts[0], parts[1]):
+            failures.append(f"{label}: ranks differ")
+
+    generator = torch.Generator(device="cuda").manual_seed(100 + rank)
+    for rows in (1, 3, 64, 256):
+        for width in (4096, 1000):
+            if rows * width * 2 > ar.max_bytes:
+                continue
+            x = torch.randn(rows, width, device="cuda", generator=generator).to(torch.bfloat16)
+            inputs = [torch.empty_like(x) for _ in range(2)]
+            dist.all_gather(inputs, x)
+            expected = (inputs[0].float() + inputs[1].float()).to(torch.bfloat16)
+            residual = torch.randn(rows, width, device="cuda", generator=generator).to(torch.bfloat16)
+            with_residual = residual + expected        # what residual + all_reduce(x) gives
+            y = x.clone()
+            ar(x)
+            if not torch.equal(x, expected):
+                failures.append(f"eager {rows}x{width}: wrong sum")
+            check(x, f"eager {rows}x{width}")
+            ar(y, residual=residual)
+            if not torch.equal(residual, with_residual):
+                failures.append(f"eager {rows}x{width} with a residual: wrong sum")
+    static = torch.zeros(64, 4096, device="cuda", dtype=torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    ar(static)   # warm-up (compiles) before capture
+    with torch.cuda.graph(graph):
+        for _ in range(3):
+            ar(static)
+    for replay in range(4):
+        x = torch.randn(64, 4096, device="cuda", generator=generator).to(torch.bfloat16)
+        inputs = [torch.empty_like(x) for _ in range(2)]
+        dist.all_gather(inputs, x)
+        expected = (inputs[0].float() + inputs[1].float()).to(torch.bfloat16)
+        expected = (expected.float() * 2).to(torch.bfloat16)      # each later call sums two equal halves
+        expected = (expected.float() * 2).to(torch.bfloat16)
+        static.copy_(x)
+        graph.replay()
+        if not torch.equal(static, expected):
+            failures.append(f"graph replay {replay}: wrong sum")
+        check(static, f"graph replay {replay}")
+    torch.cuda.synchronize()
+    if ar.error.item():
+        failures.append("a wait gave up")
+    del graph
+    ar.close()
+    dist.destroy_process_group()
+    if rank == 0:
+        with open(result_file, "w") as f:
+            f.write("\n".join(failures) or "ok")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_one_shot_all_reduce_on_two_gpus_eager_and_in_a_graph():
+    import torch.multiprocessing as mp
+    from reference.distributed.custom_all_reduce import usable
+    if not usable(2):
+        pytest.skip("no peer access between GPU 0 and GPU 1")
+    tmp = tempfile.mkdtemp()
+    result = os.path.join(tmp, "result")
+    mp.start_processes(_rank, args=(os.path.join(tmp, "init"), result), nprocs=2, start_method="spawn")
+    assert open(result).read() == "ok"
