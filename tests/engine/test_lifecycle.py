@@ -1,4 +1,10 @@
-"""The lifecycle log: legal event order, file == memory, metrics == the engine's own record."""
+"""The lifecycle log of the real engine: legal event order, file == memory, metrics == the engine's own record,
+step stamping, determinism, aborts.
+
+What each event carries and when (lab 1's regions, driven by lab_fakes), and the metrics of hand-written logs,
+are tested in the public suite (assignments/lab1_lifecycle/public/), which CI runs on the reference. Here the
+real scheduler and block manager (chunked prefill, prefix hits, preemption) produce the log.
+"""
 from __future__ import annotations
 
 import json
@@ -21,10 +27,10 @@ def drive(llm: LLM, prompts, max_tokens: int = 12) -> list[int]:
     return ids
 
 
-@pytest.fixture
-def busy_run(tiny_model_dir, device, tmp_path):
-    """A run with chunked prefill, prefix hits and preemption, logged to a file."""
-    log_path = tmp_path / "run.jsonl"
+@pytest.fixture(scope="module")
+def busy_run(tiny_model_dir, device, tmp_path_factory):
+    """A run with chunked prefill, prefix hits and preemption, logged to a file (run once; the tests only read it)."""
+    log_path = tmp_path_factory.mktemp("busy_run") / "run.jsonl"
     llm = LLM(tiny_model_dir, device=device, dtype="float32", num_kvcache_blocks=10, max_model_len=256,
               enable_chunked_prefill=True, max_num_batched_tokens=32, lifecycle_log=str(log_path))
     system = random_prompts([20], 300, seed=1)[0]
@@ -45,8 +51,8 @@ def test_events_in_legal_order(busy_run):
 
 
 def test_metrics_from_log_match_engine_record(busy_run):
-    llm, ids, _ = busy_run
-    metrics = request_metrics(read_log(busy_run[2]))
+    llm, ids, log_path = busy_run
+    metrics = request_metrics(read_log(log_path))
     for seq_id in ids:
         seq, m = llm.finished[seq_id], metrics[seq_id]
         assert m.num_output_tokens == seq.num_output_tokens == 12
@@ -61,6 +67,7 @@ def test_metrics_from_log_match_engine_record(busy_run):
 
 
 def test_step_metrics_match_steps(busy_run):
+    """`step_metrics` (given code) on a real log: one row per engine step, agreeing with its SCHEDULED events."""
     llm, _, _ = busy_run
     steps = step_metrics(llm.log.events)
     assert [s.step for s in steps] == list(range(llm.step_index))

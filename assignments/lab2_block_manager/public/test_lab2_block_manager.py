@@ -390,7 +390,8 @@ def test_freed_blocks_stay_hittable_and_revive(impl):
 @pytest.mark.points(2)
 @pytest.mark.covers("lab2.can_allocate")
 def test_can_allocate_counts_revived_blocks(impl):
-    """Reviving a cached block from the free list uses up a free block too."""
+    """Reviving a cached block from the free list uses up a free block too, one each: b needs one block more than
+    is free, c exactly as many as are free."""
     lab = Lab(impl)
     bm = lab.manager(4)
     prompt = tokens(0, 2 * BS + 1)
@@ -404,6 +405,11 @@ def test_can_allocate_counts_revived_blocks(impl):
     if answer is not False:
         pytest.fail("can_allocate: b needs 4 blocks (2 revived cache hits still sitting in the free list + 2 new) "
                     f"but only 3 are free; expected False, got {answer!r}", pytrace=False)
+    c = lab.seq(prompt[:2 * BS] + tokens(900, BS))       # 3 blocks: the same 2 cached hits + 1 new
+    answer = bm.can_allocate(c)
+    if answer is not True:
+        pytest.fail("can_allocate: c needs 3 blocks (2 revived cache hits, one free block each, + 1 new) and 3 are "
+                    f"free; expected True, got {answer!r}", pytrace=False)
 
 
 @pytest.mark.points(3)

@@ -197,6 +197,35 @@ def test_token_budget_counts_only_uncached_tokens(impl, config_only_model_dir):
     check_schedule(["prefill X:9", "prefill Y:6 Z:6"], sim.trace, "budget 16, two 14-token prompts with 8 cached")
 
 
+@pytest.mark.points(2)
+@pytest.mark.covers("lab3.admit")
+@pytest.mark.parametrize("prompt_len, new, cached, table", [(4, 4, 0, [1]), (8, 4, 4, [0, 2]), (9, 1, 8, [0, 1, 3])])
+def test_a_prompt_wholly_in_the_cache_still_computes_its_last_token(impl, config_only_model_dir, prompt_len, new,
+                                                                   cached, table):
+    """X computes a prompt and finishes (one output token): its full blocks stay cached in the free list.
+    Y is the same prompt. Only full blocks inside Y's first len - 1 tokens hit, so Y is admitted with at least
+    one token to compute, and SCHEDULED logs the table and cached count that admission gave it (allocate, then
+    _schedule).
+
+    4 tokens: X = [0]; no block lies inside Y's first 3 tokens: Y computes all 4 in fresh block 1.
+    8 tokens: X = [0, 1]; block 0 hits, block 1 holds Y's last token: 4 cached, 4 computed, table [0, 2].
+    9 tokens: X = [0, 1, 2]; blocks 0 and 1 hit: 8 cached, 1 computed, table [0, 1, 3].
+    """
+    sim = Sim(impl, config_only_model_dir, 16, max_num_batched_tokens=16, max_model_len=16)
+    sim.add("X", prompt_len, 1, first_token=100)
+    sim.step()
+    y = sim.add("Y", prompt_len, 2, first_token=100)
+    sim.step()
+    check_schedule([f"prefill X:{prompt_len}", f"prefill Y:{new}"], sim.trace,
+                   f"the same {prompt_len}-token prompt twice")
+    logged = [(e["is_prefill"], e["num_new_tokens"], e["num_cached_tokens"], e["block_table"])
+              for e in sim.sched.log.events if e["event"] == "SCHEDULED" and e["seq_id"] == y.seq_id]
+    if logged != [(True, new, cached, table)]:
+        pytest.fail(f"Y's SCHEDULED event (is_prefill, num_new_tokens, num_cached_tokens, block_table): expected "
+                    f"{[(True, new, cached, table)]}, got {logged} (admission allocates first, so the event shows "
+                    "the prefix hit)", pytrace=False)
+
+
 # -- decode -------------------------------------------------------------------------------------
 
 @pytest.mark.points(3)
