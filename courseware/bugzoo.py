@@ -4,6 +4,8 @@ Each mutant is one file, `assignments/<lab>_<topic>/bugzoo/<name>.py`, holding d
 
     \"\"\"One line: the mistake, as a student would make it.\"\"\"
     GPU = True        # optional: only a `gpu` test can catch it (CI without CUDA skips it, visibly)
+    GRADED_ON_GPU = True   # optional: its public tests catch it on a CPU, but only the grader's GPU items
+                           # grade its region, so a grader without CUDA (those items blocked) cannot
     EDITS = {
         "lab2.deallocate": [("block.ref_count -= 1\\n", "")],
     }
@@ -40,10 +42,16 @@ class Mutant:
     edits: dict[str, tuple[tuple[str, str], ...]]
     path: Path
     gpu: bool = False
+    graded_on_gpu: bool = False
 
     @property
     def mutant_id(self) -> str:
         return f"{self.lab}/{self.name}"
+
+    @property
+    def grader_needs_gpu(self) -> bool:
+        """Only the grader's GPU items can catch it: without CUDA they are blocked, and it loses nothing."""
+        return self.gpu or self.graded_on_gpu
 
     def bodies(self, tree: ReferenceTree) -> dict[str, str]:
         """Region id -> the mutated body; raises MutantError if an edit no longer applies."""
@@ -91,22 +99,22 @@ def load_mutant(path: Path) -> Mutant:
     description = ast.get_docstring(tree)
     if not description or "\n" in description.strip():
         raise MutantError(f"{path}: needs a one-line docstring describing the mistake")
-    edits, gpu = None, False
+    edits, flags = None, {"GPU": False, "GRADED_ON_GPU": False}
     for node in tree.body:
         names = [getattr(t, "id", None) for t in node.targets] if isinstance(node, ast.Assign) else []
         if names == ["EDITS"]:
             edits = _literal_edits(path, node.value)
-        elif names == ["GPU"]:
-            gpu = ast.literal_eval(node.value)
-            if not isinstance(gpu, bool):
-                raise MutantError(f"{path}: GPU must be True or False")
+        elif len(names) == 1 and names[0] in flags:
+            flags[names[0]] = ast.literal_eval(node.value)
+            if not isinstance(flags[names[0]], bool):
+                raise MutantError(f"{path}: {names[0]} must be True or False")
     if edits is None:
         raise MutantError(f"{path}: no EDITS = {{...}} assignment")
     lab = path.parent.parent.name.split("_", 1)[0]      # assignments/labN_<topic>/bugzoo/<name>.py
     for region_id in edits:
         if not region_id.startswith(f"{lab}."):
             raise MutantError(f"{path}: a {lab} mutant may only edit {lab} regions, not {region_id}")
-    return Mutant(lab, path.stem, description.strip(), edits, path, gpu)
+    return Mutant(lab, path.stem, description.strip(), edits, path, flags["GPU"], flags["GRADED_ON_GPU"])
 
 
 def load_mutants(root: Path = ROOT, lab: str | None = None) -> list[Mutant]:

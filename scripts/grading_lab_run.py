@@ -37,7 +37,7 @@ def write_class(root: Path, lab: str) -> dict[str, bool]:
     gpu = {"reference": False, "stubs": False}
     for mutant in load_mutants(lab=lab):
         write_submission(root, f"mut_{mutant.name}", lab, tree, mutant.choice(tree))
-        gpu[f"mut_{mutant.name}"] = mutant.gpu
+        gpu[f"mut_{mutant.name}"] = mutant.grader_needs_gpu
     return gpu
 
 

@@ -77,8 +77,9 @@ def test_every_mutant_is_caught_and_the_arithmetic_holds(graded):
         if lost & required:
             assert all(i["status"] != "passed" for i in res["items"] if i["kind"] == "throughput"), _why(res)
         blocked = {i["id"] for i in res["items"] if i["status"] == "blocked"}
-        if mutant.gpu and blocked >= gpu_items:
-            # a `GPU = True` mistake is visible only to GPU items, and without CUDA those are blocked
+        if mutant.grader_needs_gpu and blocked >= gpu_items:
+            # a `GPU = True` or `GRADED_ON_GPU = True` mistake is visible to the grader's GPU items only, and
+            # without CUDA those are blocked (its public tests may still catch it on a CPU)
             assert res["score"] == res["gradable_points"], _why(res)
             continue
         assert lost & correctness, f"{lab} mutant {mutant.name} is not caught"
