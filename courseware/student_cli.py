@@ -60,6 +60,16 @@ def trace(log: str) -> int:
     return 0
 
 
+def measures() -> bool:
+    """Does this release ship lab 5's measurement commands? Looked for beside this file, not by import: an
+    editable install of the course would offer its own measure_cli."""
+    return Path(__file__).with_name("measure_cli.py").is_file()
+
+
+NO_SERVER = ("`inferlab serve` serves the whole engine over HTTP: it comes with lab 5's release, where every lab is "
+             "written. Here, `inferlab demo` serves a batch through your engine.")
+
+
 def parser() -> argparse.ArgumentParser:
     """check and demo; then lab 5's measurement commands where its release ships them, else bench and trace."""
     parser = argparse.ArgumentParser(prog="inferlab", description="InferLab lab tools (student release).")
@@ -67,10 +77,9 @@ def parser() -> argparse.ArgumentParser:
     cmd = sub.add_parser("check", help="run a lab's public tests and print your score")
     cmd.add_argument("lab", help="a lab whose public tests this tree has (student_exercises/tests/test_labN_*.py)")
     sub.add_parser("demo", help="serve a small batch through your engine on the tiny model")
-    # Beside this file, not found by import: an editable install of the course would offer its own measure_cli.
-    if (Path(__file__).with_name("measure_cli.py")).is_file():            # a lab that measures the engine (lab 5)
+    if measures():                                  # a lab that measures the engine (lab 5)
         from courseware.measure_cli import add_parsers
-        add_parsers(sub)           # bench (every option), trace, make-tiny-model: the course's own commands
+        add_parsers(sub)           # bench (every option, bench serve), serve, trace, make-tiny-model: the course's own
     else:
         cmd = sub.add_parser("bench", help="time your engine on a fixed workload on the tiny model")
         cmd.add_argument("--workload", choices=["quick", "bench-256"], default=BENCH_WORKLOAD)
@@ -84,6 +93,9 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     hand_over(argv)        # inside another tree's release: becomes that release's command, never returns
+    if argv[:1] == ["serve"] and not measures():
+        print_error(NO_SERVER)          # whatever options follow: they are the course's server's
+        return 2
     args = parser().parse_args(argv)
     try:
         if hasattr(args, "func"):                  # lab 5's measurement commands (courseware/measure_cli.py)
@@ -95,10 +107,6 @@ def main(argv: list[str] | None = None) -> int:
             return demo()
         if args.command == "bench":
             return bench(args.workload)
-        if args.command == "serve":
-            print_error("`inferlab serve` serves the whole engine over HTTP: it comes with lab 5's release, where "
-                        "every lab is written. Here, `inferlab demo` serves a batch through your engine.")
-            return 2
         return trace(args.log)
     except (ValueError, FileNotFoundError) as err:
         print_error(err)
