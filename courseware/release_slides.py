@@ -25,8 +25,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from courseware.release_tutorials import _ENGINE_IMPORT, _lab_index
-from labkit.tree import rewrite_imports
+from courseware.release_tutorials import on_release_engine
+from labkit.labs import lab as lab_entry
 
 SLIDES = "slides_code"
 # Imported by the scripts, not scripts themselves: shipped with the first script that needs them.
@@ -55,7 +55,7 @@ def slides_for(lab: str, root: Path) -> tuple[list[Path], dict[str, str]]:
         if owner is None:
             raise ValueError(f"{path.name}: no lab for this slide script in courseware/release_slides.py SLIDE_LAB; "
                              "add it")
-        if _lab_index(owner, root) > _lab_index(lab, root):
+        if lab_entry(owner, root).number > lab_entry(lab, root).number:
             absent[path.name] = (f"it belongs to {owner}: here it would run on a stand-in of a part this release "
                                  "does not have yet, not the design the slide shows")
         else:
@@ -65,7 +65,7 @@ def slides_for(lab: str, root: Path) -> tuple[list[Path], dict[str, str]]:
 
 def release_script(text: str) -> str:
     """A slide script (or its plumbing) pointed at the release's engine instead of `reference`."""
-    return rewrite_imports(_ENGINE_IMPORT.sub(lambda m: m["lead"] + "courseware.engine", text))
+    return on_release_engine(text)
 
 
 def reference_imports(text: str) -> list[str]:

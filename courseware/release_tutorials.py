@@ -34,8 +34,8 @@ import re
 from pathlib import Path
 
 from courseware.editions import edition
+from labkit.labs import lab as lab_entry
 from labkit.tree import rewrite_imports
-from labkit.labs import all_labs
 
 # Tutorial number -> the lab whose lecture it belongs to (docs/labs.md, the lab map; lab5's are in no release).
 TUTORIAL_LAB = {"01": "lab1", "02": "lab1", "03": "lab3", "04": "lab2", "05": "lab2", "06": "lab4",
@@ -45,14 +45,6 @@ TUTORIAL_LAB = {"01": "lab1", "02": "lab1", "03": "lab3", "04": "lab2", "05": "l
 def tutorial_number(path: Path) -> str:
     """"04" for tutorials/Tutorial_04_paged_kv.ipynb."""
     return path.stem.split("_")[1]
-
-
-def _lab_index(lab: str, root: Path) -> int:
-    """A lab's place in the course, from the lab registry (report-only labs included)."""
-    order = [entry.lab_id for entry in all_labs(root)]
-    if lab not in order:
-        raise ValueError(f"unknown lab {lab!r}; choose one of {', '.join(order)}")
-    return order.index(lab)
 
 
 def tutorials_for(lab: str, root: Path) -> tuple[list[Path], dict[str, str]]:
@@ -65,7 +57,7 @@ def tutorials_for(lab: str, root: Path) -> tuple[list[Path], dict[str, str]]:
             raise ValueError(f"{path.name}: no lab for tutorial {number} in courseware/release_tutorials.py "
                              "TUTORIAL_LAB; add it")
         owner = TUTORIAL_LAB[number]
-        if _lab_index(owner, root) > _lab_index(lab, root):
+        if lab_entry(owner, root).number > lab_entry(lab, root).number:
             absent[path.name] = f"it belongs to {owner}, a later lab"
         else:
             shipped.append(path)
@@ -78,6 +70,12 @@ def _source(cell) -> str:
 
 
 _ENGINE_IMPORT = re.compile(r"^(?P<lead>[ \t]*from[ \t]+)reference(?=[ \t]+import\b)", re.M)
+
+
+def on_release_engine(source: str) -> str:
+    """Course code pointed at a release: `from reference import ...` -> `from courseware.engine import ...`
+    (the student's engine with the later labs' stand-ins), every other `reference.` import -> `student_exercises`."""
+    return rewrite_imports(_ENGINE_IMPORT.sub(lambda m: m["lead"] + "courseware.engine", source))
 
 
 # The first cell of every notebook a release ships: the release's root first on sys.path, found from the kernel's
@@ -109,8 +107,7 @@ def release_notebook(path: Path) -> dict:
     nb = edition(json.loads(path.read_text(encoding="utf-8")), "student")
     for cell in nb["cells"]:
         if cell.get("cell_type") == "code":
-            source = _ENGINE_IMPORT.sub(lambda m: m["lead"] + "courseware.engine", _source(cell))
-            cell["source"] = rewrite_imports(source).replace(COURSE_CLI, RELEASE_CLI)
+            cell["source"] = on_release_engine(_source(cell)).replace(COURSE_CLI, RELEASE_CLI)
     nb["cells"].insert(0, {"cell_type": "code", "execution_count": None, "id": BOOTSTRAP_TAG,
                            "metadata": {"tags": [BOOTSTRAP_TAG]}, "outputs": [], "source": BOOTSTRAP})
     return nb
