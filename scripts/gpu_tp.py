@@ -132,6 +132,42 @@ def _graph_of(fn, calls: int) -> torch.cuda.CUDAGraph:
     return graph
 
 
+def _launch_shape_sweep(custom, x: torch.Tensor, per_graph: int) -> dict:
+    """The plain one-shot kernel at other (BLOCK, num_warps) than launch_shape's: µs per call in a graph."""
+    from reference.distributed.custom_all_reduce import FLAG_BYTES
+    from reference.kernels.all_reduce import one_shot_all_reduce
+    out = {}
+    for block, warps in ((2048, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16), (8192, 32)):
+        call = lambda: one_shot_all_reduce(x, custom.addrs, custom.epochs, custom.error, custom.rank, custom.world,
+                                           FLAG_BYTES, custom.max_bytes, shape=(block, warps))
+        graph = _graph_of(call, per_graph)
+        out[f"{block}x{warps}"] = round(_time_cuda(graph.replay, 10) * 1e3 / per_graph, 2)
+        del graph
+    return out
+
+
+def _fused_norm_probe(custom, tokens: int, hidden: int, per_graph: int) -> tuple[float, dict]:
+    """The all-reduce with the add and RMSNorm fused in: µs per call in a graph, and its output against
+    the two steps (all-reduce with the add, then the eager norm) on the same inputs."""
+    from reference.models.qwen3 import rms_norm
+    x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+    residual = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+    weight = (torch.rand(hidden, device="cuda") + 0.5).to(torch.bfloat16)
+    graph = _graph_of(lambda: custom.add_norm(x, residual, weight, 1e-6), per_graph)
+    us = _time_cuda(graph.replay, 10) * 1e3 / per_graph
+    del graph
+    x.normal_()
+    residual.normal_()
+    x2, r2 = x.clone(), residual.clone()
+    stream, normed = custom.add_norm(x, residual, weight, 1e-6)
+    custom(x2, residual=r2)
+    want = rms_norm(r2, weight, 1e-6)
+    torch.cuda.synchronize()
+    return round(us, 2), {"stream_equal": bool(torch.equal(stream, r2)),
+                          "normed_equal_fraction": float((normed == want).float().mean()),
+                          "normed_max_abs_diff": float((normed.float() - want.float()).abs().max())}
+
+
 def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
     import pickle
     import numpy as np
@@ -173,6 +209,10 @@ def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
             custom(z, residual=r2)
             torch.cuda.synchronize()
             row["custom_residual_equals_nccl_plus_add"] = bool(torch.equal(r1 + y, r2))
+        if custom is not None and tokens in (64, 256) and custom.fits(x):
+            row["custom_graph_us_by_block_warps"] = _launch_shape_sweep(custom, x, per_graph)
+            row["custom_norm_graph_us"], row["custom_norm_vs_two_steps"] = _fused_norm_probe(custom, tokens, hidden,
+                                                                                             per_graph)
         rows[tokens] = row
     out = {"by_tokens": rows, "custom_available": custom is not None,
            "custom_error_flag": int(custom.error.item()) if custom is not None else None}
@@ -381,9 +421,32 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
                 bands[band_of(e.key)] = bands.get(band_of(e.key), 0.0) + t / 1e3 / profile_steps
                 kernels.append((round(t / 1e3 / profile_steps, 4), e.count // profile_steps, e.key[:90]))
         out["gpu_ms_per_step_by_band"] = {k: round(v, 3) for k, v in sorted(bands.items(), key=lambda kv: -kv[1])}
+        out["gpu_idle"] = idle_of(prof, profile_steps)
         out["top_kernels_ms_calls_per_step"] = sorted(kernels, reverse=True)[:25]
         out["profiled_steps"] = profile_steps
     return out
+
+
+def idle_of(prof, steps: int) -> dict:
+    """Where this GPU waits: time with no kernel or copy running (over the profiled span), per step, and
+    which kernel each wait ended with (what the GPU was waiting to be given: a late launch, a collective's peer)."""
+    try:
+        spans = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                       if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
+    except Exception as err:      # the profiler's event API moves between torch versions
+        return {"error": repr(err)}
+    if not spans:
+        return {}
+    idle, before, busy_until = 0.0, {}, spans[0][1]
+    for start, end, name in spans[1:]:
+        if start > busy_until:
+            idle += start - busy_until
+            before[name[:60]] = before.get(name[:60], 0.0) + start - busy_until
+        busy_until = max(busy_until, end)
+    return {"idle_ms_per_step": round(idle / 1e3 / steps, 3),
+            "span_ms_per_step": round((busy_until - spans[0][0]) / 1e3 / steps, 3),
+            "idle_us_per_step_before": {k: round(v / steps, 1) for k, v in
+                                        sorted(before.items(), key=lambda kv: -kv[1])[:10]}}
 
 
 def all_reduce_kind() -> str:
@@ -424,7 +487,7 @@ def bench_engine(model: str, vocab: int, tp: int, reps: int, sync_reps: int = in
             for batch in batches:
                 r = timed_run(llm, prompts_for(vocab, batch, seed=99 + batch), min(output_len, 64), profile_steps=6)
                 out[f"profile_batch{batch}"] = {k: r.get(k) for k in ("gpu_ms_per_step_by_band", "decode_step_ms_median",
-                                                                       "top_kernels_ms_calls_per_step")}
+                                                                       "gpu_idle", "top_kernels_ms_calls_per_step")}
         out["custom_error_flag"] = custom_error() if tp > 1 else None
     finally:
         close(llm)

@@ -5,7 +5,7 @@ already in place (its data in its buffer, its flags in rank 0's): the sum,
 the flags rank 0 leaves in rank 1's memory, the alternating halves, and the
 give-up when a peer never comes. On 2 GPUs (marked gpu) two processes
 all-reduce through CUDA IPC, eagerly and inside a CUDA graph, against the
-exact sum.
+exact sum, and with the norm fused in against the norm applied afterwards.
 """
 from __future__ import annotations
 
@@ -19,9 +19,12 @@ FLAG_BYTES = 4096
 
 
 def simulated_rank0(n: int, max_bytes: int, epochs: torch.Tensor, bufs, rank1_data: torch.Tensor, signal: bool,
-                    x: torch.Tensor, error: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-    """Rank 0's call with rank 1's part already pushed into rank 0's buffer (and, if `signal`, its flags set)."""
-    from reference.kernels.all_reduce import one_shot_all_reduce
+                    x: torch.Tensor, error: torch.Tensor, residual: torch.Tensor | None = None, norm=None):
+    """Rank 0's call with rank 1's part already pushed into rank 0's buffer (and, if `signal`, its flags set).
+
+    `norm`: (weight, eps) to call the kernel that also normalizes rows (x and residual then [rows, hidden]).
+    """
+    from reference.kernels.all_reduce import one_shot_all_reduce, one_shot_all_reduce_norm
     programs = epochs.numel()
     epoch = int(epochs[0]) + 1
     slot = max_bytes // 4
@@ -31,6 +34,9 @@ def simulated_rank0(n: int, max_bytes: int, epochs: torch.Tensor, bufs, rank1_da
     if signal:   # rank 1 says: my data for call `epoch` is there
         bufs[0][:FLAG_BYTES // 4].view(torch.int32)[programs:2 * programs] = epoch
     addrs = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64)
+    if norm is not None:
+        return one_shot_all_reduce_norm(x, residual, *norm, addrs, epochs, error, 0, 2, FLAG_BYTES, max_bytes,
+                                        max_spins=50)
     return one_shot_all_reduce(x, addrs, epochs, error, 0, 2, FLAG_BYTES, max_bytes, residual=residual, max_spins=50)
 
 
@@ -62,9 +68,47 @@ def test_one_shot_all_reduce_under_the_interpreter():
     assert error.item() == 1
 
 
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="runs under the Triton interpreter")
+def test_all_reduce_with_the_norm_fused_in_under_the_interpreter():
+    """The stream gets residual + the sum (exactly, in fp32), and the normed rows are rms_norm(stream) * weight.
+
+    Rows of 40 (not a power of two: the row is masked), more rows than programs, and calls alternating
+    with the plain kernel on the same flags (each call of either kind moves every program's call number).
+    """
+    pytest.importorskip("triton")
+    from reference.kernels.all_reduce import buffer_bytes
+    from reference.models.qwen3 import rms_norm
+    programs, rows, hidden, max_bytes = 3, 7, 40, 4 * 400
+    n = rows * hidden
+    bufs = [torch.zeros(buffer_bytes(2, max_bytes, FLAG_BYTES) // 4, dtype=torch.float32) for _ in range(2)]
+    epochs = torch.zeros(programs, dtype=torch.int32)
+    error = torch.zeros(1, dtype=torch.int32)
+    gen = torch.Generator().manual_seed(5)
+    weight, eps = torch.rand(hidden, generator=gen) + 0.5, 1e-6
+    for call in (1, 2, 3, 4):
+        mine, theirs = torch.randn(rows, hidden, generator=gen), torch.randn(rows, hidden, generator=gen)
+        residual = torch.randn(rows, hidden, generator=gen)
+        if call == 2:      # a plain call between fused ones
+            out = simulated_rank0(n, max_bytes, epochs, bufs, theirs.flatten(), True, mine.clone().flatten(), error)
+            assert torch.equal(out, (mine + theirs).flatten()), f"call {call}: wrong sum"
+            continue
+        stream, normed = simulated_rank0(n, max_bytes, epochs, bufs, theirs.flatten(), True, mine.clone(), error,
+                                         residual=residual.clone(), norm=(weight, eps))
+        want = residual + (mine + theirs)
+        assert torch.equal(stream, want), f"call {call}: the stream is not residual + the sum"
+        torch.testing.assert_close(normed, rms_norm(want, weight, eps), rtol=1e-6, atol=1e-6,
+                                   msg=f"call {call}: the normed rows are not rms_norm(stream) * weight")
+        assert epochs.tolist() == [call] * programs
+        first_slot = (call % 2) * 2
+        pushed = bufs[1][FLAG_BYTES // 4 + first_slot * (max_bytes // 4):][:n]
+        assert torch.equal(pushed, mine.flatten()), f"call {call}: my rows are not in my slot of rank 1's buffer"
+    assert error.item() == 0
+
+
 def _rank(rank: int, init_file: str, result_file: str) -> None:
     import torch.distributed as dist
     from reference.distributed.custom_all_reduce import OneShotAllReduce
+    from reference.models.qwen3 import rms_norm
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=2,
                             device_id=torch.device("cuda", rank))
@@ -94,9 +138,19 @@ def _rank(rank: int, init_file: str, result_file: str) -> None:
             if not torch.equal(x, expected):
                 failures.append(f"eager {rows}x{width}: wrong sum")
             check(x, f"eager {rows}x{width}")
+            stream_in, z = residual.clone(), y.clone()
             ar(y, residual=residual)
             if not torch.equal(residual, with_residual):
                 failures.append(f"eager {rows}x{width} with a residual: wrong sum")
+            weight = (torch.rand(width, device="cuda", generator=generator) + 0.5).to(torch.bfloat16)
+            stream, normed = ar.add_norm(z, stream_in, weight, 1e-6)
+            if not torch.equal(stream, with_residual):
+                failures.append(f"eager {rows}x{width}, norm fused in: the stream is not residual + the sum")
+            try:
+                torch.testing.assert_close(normed, rms_norm(with_residual, weight, 1e-6))
+            except AssertionError as err:
+                failures.append(f"eager {rows}x{width}, norm fused in: {err}")
+            check(normed, f"eager {rows}x{width}, norm fused in")
     static = torch.zeros(64, 4096, device="cuda", dtype=torch.bfloat16)
     graph = torch.cuda.CUDAGraph()
     ar(static)   # warm-up (compiles) before capture

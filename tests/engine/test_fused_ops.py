@@ -30,7 +30,7 @@ class StubAttention(torch.nn.Module):
         self.attn, self.textbook = attn, textbook
         self.mix = torch.randn(attn.q_size + 2 * attn.kv_size, attn.q_size, generator=gen) * 0.1
 
-    def forward(self, rope, x, meta, residual=None):
+    def forward(self, rope, x, meta, residual=None, norm=None):
         a = self.attn
         q, k, v = a.qkv_proj(x).split([a.q_size, a.kv_size, a.kv_size], dim=-1)
         q, k = q.view(-1, a.num_heads, a.head_dim), k.view(-1, a.num_kv_heads, a.head_dim)
@@ -40,7 +40,7 @@ class StubAttention(torch.nn.Module):
         else:
             q, k = a.ops.qk_norm_rope(q, k, a.q_norm.weight, a.k_norm.weight, a.q_norm.eps, *rope)
         mixed = torch.cat([q.flatten(1), k.flatten(1), v], dim=-1) @ self.mix.to(x)
-        return a.o_proj(mixed, residual)
+        return a.o_proj(mixed, residual, norm)
 
 
 def random_model(dtype: torch.dtype, seed: int) -> Qwen3Model:
