@@ -48,7 +48,11 @@ BUDGET_S = float(os.environ.get("GPU_TP_BUDGET_S", 500))
 START = time.monotonic()
 OUT = Path(os.environ.get("OUT", "gpu_tp_out"))
 RESULTS: dict = {}
-PROMPT_LEN, OUTPUT_LEN, BATCHES, REPS = 128, 256, (64, 256), 3
+PROMPT_LEN, OUTPUT_LEN, BATCHES = 128, 256, (64, 256)
+REPS = int(os.environ.get("GPU_TP_REPS", 3))
+# GPU_TP_TRACE=1: also write a Chrome trace (host and device) of a few full-batch decode steps per engine and
+# batch to $OUT/trace_tp{N}_b{B}.json, to see what the host is doing while the GPU waits.
+TRACE = os.environ.get("GPU_TP_TRACE") == "1"
 ENGINE = dict(device="cuda", dtype="bfloat16", max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=512,
               async_scheduling=True)
 
@@ -133,7 +137,7 @@ def _graph_of(fn, calls: int) -> torch.cuda.CUDAGraph:
 
 
 def _launch_shape_sweep(custom, x: torch.Tensor, per_graph: int) -> dict:
-    """The plain one-shot kernel at other (BLOCK, num_warps) than launch_shape's: µs per call in a graph."""
+    """The plain one-shot kernel at several (BLOCK, num_warps), the default (BLOCK, WARPS) among them: µs per call in a graph."""
     from reference.distributed.custom_all_reduce import FLAG_BYTES
     from reference.kernels.all_reduce import one_shot_all_reduce
     out = {}
@@ -358,7 +362,7 @@ def band_of(name: str) -> str:
     return "other"
 
 
-def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int = 0) -> dict:
+def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int = 0, trace: Path | None = None) -> dict:
     """Every request at once; output tok/s over the whole run, and the decode step period at full batch."""
     from reference import SamplingParams
     from reference.engine.collector import full_collections_deferred
@@ -386,7 +390,8 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
         while not llm.is_finished():
             full = llm.num_running == batch and llm.num_waiting == 0
             if profile_steps and prof is None and full and len(periods) > 8 + batch // 64:
-                prof = torch.profiler.profile(activities=PROFILE_ACTIVITIES)
+                prof = torch.profiler.profile(activities=PROFILE_ACTIVITIES if trace is None else
+                                              [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA])
                 prof.__enter__()
             llm.step()
             now = time.perf_counter()
@@ -411,7 +416,10 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
     out = {"batch": batch, "output_tokens": tokens, "elapsed_s": end - start, "output_tok_per_s": tokens / (end - start),
            "steps": len(periods), "decode_step_ms_median": statistics.median(decode) * 1e3 if decode else None,
            "send_us_per_step": sent["s"] / sent["n"] * 1e6 if sent["n"] else None}
-    if prof is not None:
+    if prof is not None and trace is not None:
+        prof.export_chrome_trace(str(trace))
+        out["trace"] = trace.name
+    elif prof is not None:
         bands: dict[str, float] = {}
         kernels = []
         for e in prof.key_averages():
@@ -488,6 +496,9 @@ def bench_engine(model: str, vocab: int, tp: int, reps: int, sync_reps: int = in
                 r = timed_run(llm, prompts_for(vocab, batch, seed=99 + batch), min(output_len, 64), profile_steps=6)
                 out[f"profile_batch{batch}"] = {k: r.get(k) for k in ("gpu_ms_per_step_by_band", "decode_step_ms_median",
                                                                        "gpu_idle", "top_kernels_ms_calls_per_step")}
+                if TRACE:
+                    timed_run(llm, prompts_for(vocab, batch, seed=98 + batch), min(output_len, 64), profile_steps=4,
+                              trace=OUT / f"trace_tp{tp}_b{batch}.json")
         out["custom_error_flag"] = custom_error() if tp > 1 else None
     finally:
         close(llm)

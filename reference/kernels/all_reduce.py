@@ -49,8 +49,10 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK = 2048            # elements per program per iteration: 16 per thread at 4 warps
-LARGE_BYTES = 1 << 20   # from here on, 4x the warps and twice the block: more loads in flight per program
+# The plain kernel's launch: 8 warps of 8 elements per thread. At a decode step of 256 tokens each program
+# loops over several chunks, waiting for memory in turn, and 8 warps keep more loads in flight than 4; at
+# 64 tokens 8 are as fast or faster (the sweep in scripts/gpu_tp.py; figures in docs/performance.md).
+BLOCK, WARPS = 2048, 8
 MAX_SPINS = 1 << 24     # polls of one flag before giving up (seconds: far beyond any live peer's lag)
 
 
@@ -151,28 +153,17 @@ def buffer_bytes(world: int, max_bytes: int, flag_bytes: int) -> int:
     return flag_bytes + 2 * world * max_bytes
 
 
-def launch_shape(nbytes: int) -> tuple[int, int]:
-    """(BLOCK, num_warps) of the plain kernel for a message of `nbytes`.
-
-    A small message is one chunk or less per program: latency, which more
-    warps do not shorten. A large one (a decode step of 256 tokens) loops
-    over several chunks per program, and each program's loads wait for
-    memory in turn: more warps keep more of them in flight.
-    """
-    return (2 * BLOCK, 16) if nbytes >= LARGE_BYTES else (BLOCK, 4)
-
-
 def one_shot_all_reduce(x: torch.Tensor, addrs: torch.Tensor, epochs: torch.Tensor, error: torch.Tensor,
                         rank: int, world: int, flag_bytes: int, max_bytes: int, residual: torch.Tensor | None = None,
                         max_spins: int = MAX_SPINS, shape: tuple[int, int] | None = None) -> torch.Tensor:
     """Sum of x over the ranks (+ residual), written into residual if given, else into x; returns it.
 
     `addrs[r]`: rank r's buffer (`buffer_bytes`); each slot holds `max_bytes`.
-    `shape`: (BLOCK, num_warps), by default `launch_shape` of x's size (a probe may try others).
+    `shape`: (BLOCK, num_warps), by default (BLOCK, WARPS) (a probe may try others).
     """
     out = x if residual is None else residual
     programs = epochs.numel()
-    block, warps = shape or launch_shape(x.numel() * x.element_size())
+    block, warps = shape or (BLOCK, WARPS)
     _one_shot_all_reduce_kernel[(programs,)](x, out, out, x.numel(), addrs, epochs, error, rank, flag_bytes,
                                              max_bytes // x.element_size(), WORLD=world,
                                              HAS_RESIDUAL=residual is not None, BLOCK=block, MAX_SPINS=max_spins,
