@@ -123,6 +123,7 @@ def _rank(rank: int, init_file: str, result_file: str) -> None:
             failures.append(f"{label}: ranks differ")
 
     generator = torch.Generator(device="cuda").manual_seed(100 + rank)
+    shared = torch.Generator(device="cuda").manual_seed(7)     # draws the same numbers on both ranks
     for rows in (1, 3, 64, 256):
         for width in (4096, 1000):
             if rows * width * 2 > ar.max_bytes:
@@ -138,16 +139,19 @@ def _rank(rank: int, init_file: str, result_file: str) -> None:
             if not torch.equal(x, expected):
                 failures.append(f"eager {rows}x{width}: wrong sum")
             check(x, f"eager {rows}x{width}")
-            stream_in, z = residual.clone(), y.clone()
+            z = y.clone()
             ar(y, residual=residual)
             if not torch.equal(residual, with_residual):
                 failures.append(f"eager {rows}x{width} with a residual: wrong sum")
-            weight = torch.linspace(0.5, 1.5, width, device="cuda").to(torch.bfloat16)   # the same on both ranks
+            # The norm fused in; the stream and the weight the same on both ranks, as a model's are.
+            stream_in = torch.randn(rows, width, device="cuda", generator=shared).to(torch.bfloat16)
+            weight = torch.linspace(0.5, 1.5, width, device="cuda").to(torch.bfloat16)
+            want_stream = stream_in + expected
             stream, normed = ar.add_norm(z, stream_in, weight, 1e-6)
-            if not torch.equal(stream, with_residual):
+            if not torch.equal(stream, want_stream):
                 failures.append(f"eager {rows}x{width}, norm fused in: the stream is not residual + the sum")
             try:
-                torch.testing.assert_close(normed, rms_norm(with_residual, weight, 1e-6))
+                torch.testing.assert_close(normed, rms_norm(want_stream, weight, 1e-6))
             except AssertionError as err:
                 failures.append(f"eager {rows}x{width}, norm fused in: {err}")
             check(normed, f"eager {rows}x{width}, norm fused in")
