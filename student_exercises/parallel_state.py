@@ -180,6 +180,22 @@ def all_reduce_add(x: torch.Tensor, residual: torch.Tensor, world_size: int) -> 
     return residual + all_reduce(x, world_size)
 
 
+def all_reduce_add_norm(x: torch.Tensor, residual: torch.Tensor, norm, world_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(stream, norm(stream)) for stream = residual + (sum of x over the ranks): a block's end and the next norm.
+
+    `norm` is an RMSNorm (`weight`, `eps`, callable). With the one-shot
+    all-reduce one kernel sums, adds and normalizes (reference/kernels/all_reduce.py
+    says what that saves and what it costs in bf16); otherwise the two steps,
+    `all_reduce_add` then `norm`.
+    """
+    fast = _STATE.fast_all_reduce
+    if (world_size > 1 and fast is not None and fast.fits(x, residual) and x.dim() == 2
+            and x.shape[1] == norm.weight.shape[0] and norm.weight.dtype == x.dtype and norm.weight.is_contiguous()):
+        return fast.add_norm(x, residual, norm.weight, norm.eps)
+    stream = all_reduce_add(x, residual, world_size)
+    return stream, norm(stream)
+
+
 def all_gather_last_dim(x: torch.Tensor, world_size: int) -> torch.Tensor:
     """Concatenate every rank's x along the last dimension (vocab-parallel logits)."""
     if world_size == 1:

@@ -101,8 +101,8 @@ class OneShotAllReduce:
     """This rank's side of the one-shot all-reduce; collective to build (every rank at once)."""
 
     def __init__(self, rank: int, world: int, dtype: torch.dtype, max_bytes: int, group):
-        from student_exercises.kernels.all_reduce import buffer_bytes, one_shot_all_reduce
-        self._kernel = one_shot_all_reduce
+        from student_exercises.kernels.all_reduce import buffer_bytes, one_shot_all_reduce, one_shot_all_reduce_norm
+        self._kernel, self._norm_kernel = one_shot_all_reduce, one_shot_all_reduce_norm
         self.rank, self.world, self.dtype = rank, world, dtype
         self.max_bytes = -(-max_bytes // 256) * 256
         self.driver = _Driver()
@@ -129,6 +129,15 @@ class OneShotAllReduce:
         """Sum of x over the ranks, in place; with `residual`, residual + that sum, written into residual."""
         return self._kernel(x, self.addrs, self.epochs, self.error, self.rank, self.world, FLAG_BYTES,
                             self.max_bytes, residual=residual)
+
+    def add_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(residual + sum of x over the ranks, written into residual; its RMSNorm times weight).
+
+        The caller checks `fits(x, residual)` and that x has rows of weight's length.
+        """
+        return self._norm_kernel(x, residual, weight, eps, self.addrs, self.epochs, self.error, self.rank,
+                                 self.world, FLAG_BYTES, self.max_bytes)
 
     def close(self) -> None:
         """Unmap the peers' buffers and free ours (the device must be idle: no kernel may still read them)."""

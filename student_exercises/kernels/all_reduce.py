@@ -12,6 +12,7 @@ one kernel does it in one round (as vLLM's custom all-reduce does):
     3. wait until every peer told me the same                    (spin on my own flags)
     4. out = sum over ranks 0..N-1 of their parts, in fp32       (local reads only)
        (+ the residual stream, when given: the add that ends a transformer block)
+       (+ the RMSNorm that follows that add, in `one_shot_all_reduce_norm`: a program per row)
 
 Push, not pull: a remote store is posted and forgotten, where a remote load
 waits a round trip over NVLink; a first version that read the peers' buffers
@@ -26,9 +27,17 @@ frozen: the call number e lives in device memory (`epochs`, one counter per
 program, bumped by the kernel itself). Flags only grow, so nothing is ever
 reset. Two sets of slots alternate (by e's parity): a rank may write call
 e+1 while a slow peer still reads call e; by call e+2 that peer has finished
-call e (it has started e+1, and one stream runs one kernel after the other).
-That argument needs each program to touch the same elements in every call,
-so the grid is fixed (`programs`), whatever the size.
+call e (it has started e+1, and one stream runs one kernel after the other,
+so all of its call e is done). Flags and call numbers are kept per program,
+and program p of one rank waits only for program p of the others: so every
+call, of either kernel, runs the same grid (`programs`), whatever the size;
+how a call shares its elements among the programs may differ (chunks of
+BLOCK, or rows when it normalizes them).
+
+Fusing the norm saves a launch and a pass over the stream per all-reduce
+(73 of each per decode step of Qwen3-8B). Its price: the norm's sum of
+squares is reduced in another order than the compiled norm's, so in bf16 a
+normed value may differ from the unfused path's by a rounding.
 
 A peer that never comes (it died) would hang the GPU: each wait gives up
 after `MAX_SPINS` polls and raises `error[0]`, and once it is raised no call
@@ -41,14 +50,21 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK = 2048            # elements per program per iteration: 16 per thread at 4 warps
+# The plain kernel's launch: 8 warps of 8 elements per thread. At a decode step of 256 tokens each program
+# loops over several chunks, waiting for memory in turn, and 8 warps keep more loads in flight than 4; at
+# 64 tokens 8 are as fast or faster (the sweep in scripts/gpu_tp.py; figures in docs/performance.md).
+BLOCK, WARPS = 2048, 8
 MAX_SPINS = 1 << 24     # polls of one flag before giving up (seconds: far beyond any live peer's lag)
 
 
 @triton.jit
-def _one_shot_all_reduce_kernel(x_ptr, residual_ptr, out_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes,
-                                slot_elems, WORLD: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
-                                MAX_SPINS: tl.constexpr):
+def _push_and_wait(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes, slot_elems, WIDTH: tl.constexpr,
+                   WORLD: tl.constexpr, BLOCK: tl.constexpr, MAX_SPINS: tl.constexpr):
+    """Steps 1-3 for this program's share of x; returns the base of this call's slots in my own buffer.
+
+    The share: x's pieces of WIDTH elements (WIDTH <= BLOCK) number pid, pid + programs, ...:
+    chunks of BLOCK for the plain all-reduce, rows for the one that normalizes rows.
+    """
     pid = tl.program_id(0)
     programs = tl.num_programs(0)
     dtype = x_ptr.dtype.element_ty
@@ -60,9 +76,10 @@ def _one_shot_all_reduce_kernel(x_ptr, residual_ptr, out_ptr, n, addrs_ptr, epoc
         if p != rank:
             peer_slot = (tl.load(addrs_ptr + p) + flag_bytes).to(tl.pointer_type(dtype)) \
                 + (first_slot + rank) * slot_elems
-            for start in range(pid * BLOCK, n, programs * BLOCK):
+            for start in range(pid * WIDTH, n, programs * WIDTH):
                 idx = start + lanes
-                tl.store(peer_slot + idx, tl.load(x_ptr + idx, mask=idx < n), mask=idx < n)
+                mask = (idx < n) & (lanes < WIDTH)
+                tl.store(peer_slot + idx, tl.load(x_ptr + idx, mask=mask), mask=mask)
     tl.debug_barrier()
     for p in tl.static_range(WORLD):                                # 2. my flag in each peer's memory
         if p != rank:
@@ -79,20 +96,57 @@ def _one_shot_all_reduce_kernel(x_ptr, residual_ptr, out_ptr, n, addrs_ptr, epoc
             if spins >= MAX_SPINS:
                 tl.atomic_xchg(error_ptr, 1)
     tl.debug_barrier()
-    slots = (own + flag_bytes).to(tl.pointer_type(dtype)) + first_slot * slot_elems
-    for start in range(pid * BLOCK, n, programs * BLOCK):          # 4. the sum, rank 0 first, all local
+    return (own + flag_bytes).to(tl.pointer_type(dtype)) + first_slot * slot_elems
+
+
+@triton.jit
+def _sum_of_parts(x_ptr, slots, idx, mask, rank, slot_elems, WORLD: tl.constexpr, BLOCK: tl.constexpr):
+    """Sum over the ranks of their parts at idx, in fp32, rank 0 first (every rank adds in the same order)."""
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for p in tl.static_range(WORLD):
+        if p == rank:
+            part = tl.load(x_ptr + idx, mask=mask, other=0.0)
+        else:
+            part = tl.load(slots + p * slot_elems + idx, mask=mask, other=0.0, cache_modifier=".cg")
+        acc += part.to(tl.float32)
+    return acc
+
+
+@triton.jit
+def _one_shot_all_reduce_kernel(x_ptr, residual_ptr, out_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes,
+                                slot_elems, WORLD: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+                                MAX_SPINS: tl.constexpr):
+    slots = _push_and_wait(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes, slot_elems, BLOCK, WORLD, BLOCK,
+                           MAX_SPINS)
+    dtype = x_ptr.dtype.element_ty
+    lanes = tl.arange(0, BLOCK)
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):   # 4. the sum, all local
         idx = start + lanes
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for p in tl.static_range(WORLD):
-            if p == rank:
-                part = tl.load(x_ptr + idx, mask=idx < n, other=0.0)
-            else:
-                part = tl.load(slots + p * slot_elems + idx, mask=idx < n, other=0.0, cache_modifier=".cg")
-            acc += part.to(tl.float32)
-        y = acc.to(dtype)
+        y = _sum_of_parts(x_ptr, slots, idx, idx < n, rank, slot_elems, WORLD, BLOCK).to(dtype)
         if HAS_RESIDUAL:
             y = (y.to(tl.float32) + tl.load(residual_ptr + idx, mask=idx < n, other=0.0).to(tl.float32)).to(dtype)
         tl.store(out_ptr + idx, y, mask=idx < n)
+
+
+@triton.jit
+def _one_shot_all_reduce_norm_kernel(x_ptr, residual_ptr, normed_ptr, weight_ptr, eps, n, addrs_ptr, epochs_ptr,
+                                     error_ptr, rank, flag_bytes, slot_elems, HIDDEN: tl.constexpr,
+                                     WORLD: tl.constexpr, BLOCK: tl.constexpr, MAX_SPINS: tl.constexpr):
+    """residual += sum of x over the ranks; normed = RMSNorm(residual) * weight: a program per row."""
+    slots = _push_and_wait(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes, slot_elems, HIDDEN, WORLD,
+                           BLOCK, MAX_SPINS)
+    dtype = x_ptr.dtype.element_ty
+    cols = tl.arange(0, BLOCK)
+    in_row = cols < HIDDEN
+    weight = tl.load(weight_ptr + cols, mask=in_row, other=0.0).to(tl.float32)
+    for start in range(tl.program_id(0) * HIDDEN, n, tl.num_programs(0) * HIDDEN):   # 4. per row, all local
+        idx = start + cols
+        y = _sum_of_parts(x_ptr, slots, idx, in_row, rank, slot_elems, WORLD, BLOCK).to(dtype)
+        stream = (y.to(tl.float32) + tl.load(residual_ptr + idx, mask=in_row, other=0.0).to(tl.float32)).to(dtype)
+        tl.store(residual_ptr + idx, stream, mask=in_row)
+        s = stream.to(tl.float32)                  # RMSNorm as reference.models.qwen3.rms_norm orders it:
+        scaled = (s * tl.rsqrt(tl.sum(s * s, axis=0) / HIDDEN + eps)).to(dtype)   # normalize in fp32, round,
+        tl.store(normed_ptr + idx, (weight * scaled.to(tl.float32)).to(dtype), mask=in_row)   # then scale
 
 
 def buffer_bytes(world: int, max_bytes: int, flag_bytes: int) -> int:
@@ -102,15 +156,33 @@ def buffer_bytes(world: int, max_bytes: int, flag_bytes: int) -> int:
 
 def one_shot_all_reduce(x: torch.Tensor, addrs: torch.Tensor, epochs: torch.Tensor, error: torch.Tensor,
                         rank: int, world: int, flag_bytes: int, max_bytes: int, residual: torch.Tensor | None = None,
-                        max_spins: int = MAX_SPINS) -> torch.Tensor:
+                        max_spins: int = MAX_SPINS, shape: tuple[int, int] | None = None) -> torch.Tensor:
     """Sum of x over the ranks (+ residual), written into residual if given, else into x; returns it.
 
     `addrs[r]`: rank r's buffer (`buffer_bytes`); each slot holds `max_bytes`.
+    `shape`: (BLOCK, num_warps), by default (BLOCK, WARPS) (a probe may try others).
     """
     out = x if residual is None else residual
     programs = epochs.numel()
+    block, warps = shape or (BLOCK, WARPS)
     _one_shot_all_reduce_kernel[(programs,)](x, out, out, x.numel(), addrs, epochs, error, rank, flag_bytes,
                                              max_bytes // x.element_size(), WORLD=world,
-                                             HAS_RESIDUAL=residual is not None, BLOCK=BLOCK, MAX_SPINS=max_spins,
-                                             num_warps=4)
+                                             HAS_RESIDUAL=residual is not None, BLOCK=block, MAX_SPINS=max_spins,
+                                             num_warps=warps)
     return out
+
+
+def one_shot_all_reduce_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                             addrs: torch.Tensor, epochs: torch.Tensor, error: torch.Tensor, rank: int, world: int,
+                             flag_bytes: int, max_bytes: int,
+                             max_spins: int = MAX_SPINS) -> tuple[torch.Tensor, torch.Tensor]:
+    """(stream, normed): stream = residual + sum of x over the ranks (written into residual),
+    normed = rms_norm(stream) * weight, for x and residual of [rows, hidden]."""
+    hidden = x.shape[-1]
+    block = triton.next_power_of_2(hidden)
+    normed = torch.empty_like(x)
+    _one_shot_all_reduce_norm_kernel[(epochs.numel(),)](
+        x, residual, normed, weight, eps, x.numel(), addrs, epochs, error, rank, flag_bytes,
+        max_bytes // x.element_size(), HIDDEN=hidden, WORLD=world, BLOCK=block, MAX_SPINS=max_spins,
+        num_warps=max(4, min(16, block // 256)))
+    return residual, normed

@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from student_exercises.parallel_state import all_gather_last_dim, all_reduce, all_reduce_add, tp_rank, tp_world_size
+from student_exercises.parallel_state import (all_gather_last_dim, all_reduce, all_reduce_add, all_reduce_add_norm, tp_rank,
+                                      tp_world_size)
 
 
 def _split(size: int, what: str) -> int:
@@ -76,8 +77,13 @@ class RowParallelLinear(nn.Linear):
         size = param.shape[1]
         param.data.copy_(full.narrow(1, self.tp_rank * size, size))
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, norm: nn.Module | None = None):
         """all_reduce(x_r W_r^T) + b, plus `residual` (the stream this block ends in) if given.
+
+        With `norm` (the RMSNorm that reads the stream next) it returns
+        (stream, norm(stream)): under tensor parallelism on GPUs one kernel
+        then all-reduces, adds and normalizes (`all_reduce_add_norm`); on
+        one GPU or a CPU it is the same as calling the norm afterwards.
 
         On a GPU at world size 1 the residual is added in the GEMM itself:
         cuBLAS's epilogue adds C (beta = 1) as it writes the product, so the
@@ -96,6 +102,11 @@ class RowParallelLinear(nn.Linear):
         goes into the all-reduce instead (`all_reduce_add`), which on GPUs with
         the one-shot all-reduce also writes into the stream it was given.
         """
+        if norm is not None:
+            if residual is not None and self.bias is None and self.tp_size > 1:
+                return all_reduce_add_norm(F.linear(x, self.weight), residual, norm, self.tp_size)
+            stream = self.forward(x, residual)
+            return stream, norm(stream)
         if residual is None:
             y = all_reduce(F.linear(x, self.weight), self.tp_size)
             return y if self.bias is None else y + self.bias

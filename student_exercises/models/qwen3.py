@@ -210,9 +210,10 @@ class Qwen3Attention(nn.Module):
         self.backend = None
 
     def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
-        """o_proj(attention(x)), added to `residual` if given (then consumed: see RowParallelLinear)."""
-        return self.o_proj(self.attend(*self.project(rope, x), meta).flatten(1), residual)
+                residual: torch.Tensor | None = None, norm: nn.Module | None = None):
+        """o_proj(attention(x)), added to `residual` if given (then consumed), and `norm` of that
+        if given (then a pair): see RowParallelLinear."""
+        return self.o_proj(self.attend(*self.project(rope, x), meta).flatten(1), residual, norm)
 
     def project(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor,
                 out: AttentionInputs | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -239,9 +240,10 @@ class Qwen3MLP(nn.Module):
         self.down_proj = RowParallelLinear(full, cfg["hidden_size"], what="intermediate_size")
         self.ops = EAGER_OPS
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        """down(silu(gate(x)) * up(x)), added to `residual` if given (then consumed: see RowParallelLinear)."""
-        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)), residual)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, norm: nn.Module | None = None):
+        """down(silu(gate(x)) * up(x)), added to `residual` if given (then consumed), and `norm` of that
+        if given (then a pair): see RowParallelLinear."""
+        return self.down_proj(self.ops.silu_and_mul(self.gate_up_proj(x)), residual, norm)
 
 
 class Qwen3DecoderLayer(nn.Module):
@@ -252,15 +254,20 @@ class Qwen3DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
         self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
 
-    def forward(self, rope, x, meta):
-        """x + attn(norm(x)), then + mlp(norm(.)): the residual stream in, the stream out.
+    def forward(self, rope, x, h, meta, next_norm):
+        """x + attn(norm(x)), then + mlp(norm(.)): the residual stream x in, with h = input_layernorm(x);
+        out, the new stream and `next_norm` of it (the next layer's input norm, or the model's final one).
 
         Each add is done by the projection that ends its block (o_proj,
         down_proj), which on a GPU folds it into the GEMM and overwrites the
-        stream it was given: `x` is consumed.
+        stream it was given: `x` is consumed. The projection also applies the
+        norm that reads the stream next: why the norms travel with the
+        stream is tensor parallelism, where one kernel all-reduces, adds and
+        normalizes (RowParallelLinear); on one device it is the textbook
+        order, norm after add.
         """
-        x = self.self_attn(rope, self.input_layernorm(x), meta, residual=x)
-        return self.mlp_block(x)
+        x, h = self.self_attn(rope, h, meta, residual=x, norm=self.post_attention_layernorm)
+        return self.mlp(h, residual=x, norm=next_norm)
 
     def mlp_block(self, x):
         """x + mlp(norm(x)): the block's second half (prefill graphs call it after their own o_proj)."""
@@ -280,9 +287,11 @@ class Qwen3Model(nn.Module):
     def forward(self, input_ids, positions, meta):
         x = self.embed_tokens(input_ids)
         rope = self.rotary(positions, x.dtype)   # shared by every layer
-        for layer in self.layers:
-            x = layer(rope, x, meta)
-        return self.norm(x)
+        h = self.layers[0].input_layernorm(x)
+        next_norms = [layer.input_layernorm for layer in self.layers[1:]] + [self.norm]
+        for layer, next_norm in zip(self.layers, next_norms):
+            x, h = layer(rope, x, h, meta, next_norm)
+        return h
 
 
 class Qwen3ForCausalLM(nn.Module):
