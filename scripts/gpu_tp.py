@@ -362,6 +362,52 @@ def band_of(name: str) -> str:
     return "other"
 
 
+class _HostClock:
+    """Rank 0's host, without a profiler: how long each decode graph's launch (`replay()`) takes, and how long
+    the engine waits for the GPU (reading a step's sampled tokens). A host that never waits sets the pace."""
+
+    def __init__(self, runner):
+        from reference.engine import model_runner
+        self.runner, self.module = runner, model_runner
+        self.launch = {"n": 0, "s": 0.0}
+        self.wait = {"n": 0, "s": 0.0}
+        self.graphs = dict(runner.graphs)
+        for bucket, graph in self.graphs.items():
+            runner.graphs[bucket] = self._timed_graph(graph)
+        self.tokens = getattr(getattr(model_runner, "InFlightStep", None), "tokens", None)   # (not in older engines)
+        clock, plain = self.wait, self.tokens
+
+        def timed_tokens(step):
+            t = time.perf_counter()
+            try:
+                return plain(step)
+            finally:
+                clock["s"] += time.perf_counter() - t
+                clock["n"] += 1
+        if plain is not None:
+            model_runner.InFlightStep.tokens = timed_tokens
+
+    def _timed_graph(self, graph):
+        clock = self.launch
+
+        class Timed:
+            def replay(self):
+                t = time.perf_counter()
+                graph.replay()
+                clock["s"] += time.perf_counter() - t
+                clock["n"] += 1
+        return Timed()
+
+    def stop(self) -> None:
+        self.runner.graphs.update(self.graphs)
+        if self.tokens is not None:
+            self.module.InFlightStep.tokens = self.tokens
+
+    def per_step(self) -> dict:
+        mean = lambda c: round(c["s"] / c["n"] * 1e6, 1) if c["n"] else None
+        return {"graph_launch_host_us": mean(self.launch), "host_wait_for_gpu_us_per_step": mean(self.wait)}
+
+
 def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int = 0, trace: Path | None = None) -> dict:
     """Every request at once; output tok/s over the whole run, and the decode step period at full batch."""
     from reference import SamplingParams
@@ -379,6 +425,7 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
             sent["s"] += time.perf_counter() - t
             sent["n"] += 1
         runner._send = timed_send
+    host = _HostClock(runner)
     gc.collect()
     gc.freeze()
     torch.cuda.synchronize()
@@ -410,12 +457,13 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
     gc.unfreeze()
     if hasattr(runner, "_send"):
         del runner._send
+    host.stop()
     tokens = sum(len(s.output_token_ids) for s in llm.finished.values())
     llm.finished.clear()
     decode = [p for p, full in periods if full]
     out = {"batch": batch, "output_tokens": tokens, "elapsed_s": end - start, "output_tok_per_s": tokens / (end - start),
            "steps": len(periods), "decode_step_ms_median": statistics.median(decode) * 1e3 if decode else None,
-           "send_us_per_step": sent["s"] / sent["n"] * 1e6 if sent["n"] else None}
+           "send_us_per_step": sent["s"] / sent["n"] * 1e6 if sent["n"] else None, **host.per_step()}
     if prof is not None and trace is not None:
         prof.export_chrome_trace(str(trace))
         out["trace"] = trace.name
@@ -770,7 +818,9 @@ def table() -> None:
                 for run in e["runs"]:
                     print(f"{name:10s} {key:9s} {run['scheduling']:5s} B={run['batch']:3d} rep {run['rep']}: "
                           f"{run['output_tok_per_s']:8,.0f} tok/s, step {run['decode_step_ms_median'] or 0:.2f} ms, "
-                          f"send {run['send_us_per_step'] or 0:.0f} us")
+                          f"send {run['send_us_per_step'] or 0:.0f} us, graph launch "
+                          f"{run.get('graph_launch_host_us') or 0:.0f} us, host waits "
+                          f"{run.get('host_wait_for_gpu_us_per_step') or 0:.0f} us a step")
                 for batch in BATCHES:
                     p = e.get(f"profile_batch{batch}")
                     if p:
