@@ -294,6 +294,44 @@ else:
 # 而 TP 还要在 rank 0 上多做"把 batch 发给 worker"这件事。**模型越大、batch 越大，TP 越划算。**
 
 # %% [markdown]
+# ### 3.2 把 RMSNorm 融进 all-reduce 之后（以及 issue 35 之前的引擎）
+#
+# 上面的 "other" 里最大的一项是 RMSNorm：每个 block 结束时 all-reduce 出 residual stream，紧接着一个 norm kernel 读它。
+# 后来 one-shot all-reduce 多了一个版本 `one_shot_all_reduce_norm`：每个 program 负责整行，求和、加 residual、再做 RMSNorm，
+# 一个 kernel 输出 stream 和 normed 两份（模型把"下一个读 stream 的 norm"交给结束 block 的那个 projection，
+# 见 `RowParallelLinear` 的 `norm` 参数）。norm 仍在每张卡上重复做，只是省掉了一次 launch 和一遍读写。
+# 下一格读出同一种机器（两张 H100）上的三份记录（命令见 `docs/performance.md` 的 "Calls 4-8"）：
+# 融合前（call 2）、融合后（call 7），以及 issue 35 之前的引擎（call 8 的 `before`：sync scheduling，NCCL all-reduce）。
+
+# %%
+FUSED_DIR = os.path.join(os.pardir, "docs", "results", "2026-11-27", "tp_fused_norm")
+if os.path.isfile(TP_RUN_H100) and os.path.isdir(FUSED_DIR):
+    with open(os.path.join(FUSED_DIR, "call7_h100x2.json")) as f:
+        fused = json.load(f)["tp_bench"]
+    with open(os.path.join(FUSED_DIR, "call8_before_h100x2.json")) as f:
+        old = json.load(f)["before"]["result"]["runs"]
+    unfused = rec["tp_bench"]
+
+    def median_of(bench, tp, batch, field):
+        return float(np.median([r[field] for r in bench[tp]["runs"] if r["batch"] == batch and r["scheduling"] == "async"]))
+
+    for batch in (64, 256):
+        step = {name: median_of(b, "tp2", batch, "decode_step_ms_median") for name, b in (("before", unfused), ("after", fused))}
+        ratio = median_of(fused, "tp2", batch, "output_tok_per_s") / median_of(fused, "tp1", batch, "output_tok_per_s")
+        old_tok = next(r["output_tok_per_s"] for r in old if r["batch"] == batch)
+        new_tok = median_of(fused, "tp2", batch, "output_tok_per_s")
+        print(f"B={batch:3d}: TP=2 decode step {step['before']:.2f} -> {step['after']:.2f} ms with the norm fused in; "
+              f"TP=2 / TP=1 now {ratio:.2f}; TP=2 before issue 35 {old_tok:,.0f} tok/s, now {new_tok:,.0f} ({new_tok / old_tok:.2f}x)")
+        assert step["after"] < step["before"] and 1.3 < ratio < 1.6 and new_tok > 1.3 * old_tok
+else:
+    print("没有 docs/results/（不是课程仓库）：这些记录见 docs/performance.md")
+
+# %% [markdown]
+# 融合让 TP=2 每步快了 1–3%，离 issue 35 要的 1.6 倍还差得远：剩下的主要是 GPU 上的时间（每步 72 次 all-reduce 约 0.7 ms、
+# 每张卡重复的 elementwise、只有一半列的 GEMM 用不满带宽）。顺带一个教训：issue 35 之前的引擎在两张卡上不仅慢，
+# 跑完还退不出来（`before` 那一行的进程是被杀掉的）——"能干净地退出"本身就是分布式系统的一项功能。
+
+# %% [markdown]
 # ## 4. Prefill/Decode 分离：把 KV 从一个进程搬到另一个进程
 #
 # 架构笔记里的设计：prefill 集群（算力密集）和 decode 集群（带宽密集、延迟敏感）分开部署，KV cache 在两者之间传递。
