@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -48,8 +49,8 @@ def host_us(graph: torch.cuda.CUDAGraph) -> dict:
         ahead.append(time.perf_counter() - s)
     torch.cuda.synchronize()
     gpu_us = (time.perf_counter() - t) / REPLAYS * 1e6
-    median = lambda xs: sorted(xs)[len(xs) // 2] * 1e6
-    return {"idle_launch_us": round(median(idle), 1), "ahead_launch_us": round(median(ahead), 1),
+    return {"idle_launch_us": round(statistics.median(idle) * 1e6, 1),
+            "ahead_launch_us": round(statistics.median(ahead) * 1e6, 1),
             "period_us": round(gpu_us, 1)}
 
 
