@@ -30,9 +30,15 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
+from reference.sampling_params import SamplingParams
+
 SLOTS = 4
 HEADER_BYTES = 4096          # the pickled header of one message: method name, flags, array lengths
 _LENGTH = struct.Struct("<q")
+
+
+# What a worker's sequences of an all-greedy step carry: they then take the argmax themselves (vocabulary-parallel).
+GREEDY = SamplingParams(temperature=0.0)
 
 
 @dataclass
@@ -41,7 +47,8 @@ class StepSequence:
 
     A decode step carries one token id, not the whole history; a prefill
     carries the tokens of its chunk (the cached prefix before it reads as
-    zeros, which no code on a worker looks at).
+    zeros, which no code on a worker looks at). `sampling_params` is GREEDY
+    in a step where every sequence is greedy, else None: workers never sample.
     """
     seq_id: int
     token_ids: list[int]
@@ -49,7 +56,7 @@ class StepSequence:
     num_cached_tokens: int
     num_scheduled_tokens: int
     block_table: list[int]
-    sampling_params: None = None   # workers never sample
+    sampling_params: SamplingParams | None = None
     generator: None = None
 
     def __len__(self) -> int:
@@ -81,15 +88,21 @@ def encode(seqs: list, is_prefill: bool) -> dict[str, np.ndarray]:
             "table_lens": as_array([len(t) for t in tables]), "tables": as_array([b for t in tables for b in t])}
 
 
-def decode(arrays: dict[str, np.ndarray], is_prefill: bool) -> list[StepSequence]:
-    """The StepSequences `encode` described (a prefill chunk's cached prefix as zeros)."""
+def all_greedy(seqs: list) -> bool:
+    """Whether every sequence of a step takes the argmax (what `decode` needs to be told)."""
+    return all(seq.sampling_params.greedy for seq in seqs)
+
+
+def decode(arrays: dict[str, np.ndarray], is_prefill: bool, greedy: bool = False) -> list[StepSequence]:
+    """The StepSequences `encode` described (a prefill chunk's cached prefix as zeros); GREEDY ones if `greedy`."""
+    params = GREEDY if greedy else None
     columns = {name: arrays[name].tolist() for name in ARRAYS}
     seqs, token_at, table_at = [], 0, 0
     for i, seq_id in enumerate(columns["seq_ids"]):
         n_tokens, n_blocks, cached = columns["token_counts"][i], columns["table_lens"][i], columns["num_cached"][i]
         chunk = columns["tokens"][token_at:token_at + n_tokens]
         seqs.append(StepSequence(seq_id, [0] * cached + chunk if is_prefill else chunk, columns["lengths"][i], cached,
-                                 columns["num_scheduled"][i], columns["tables"][table_at:table_at + n_blocks]))
+                                 columns["num_scheduled"][i], columns["tables"][table_at:table_at + n_blocks], params))
         token_at += n_tokens
         table_at += n_blocks
     return seqs

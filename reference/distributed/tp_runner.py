@@ -10,10 +10,13 @@ the same block ids, so one block table serves every rank.
 
 Async scheduling works as on one GPU: rank 0 launches step k+1 before it
 reads step k's tokens, whose ids the next step takes straight from the
-device. A worker has no sampler, so rank 0 broadcasts each step's sampled ids
-(one small collective, queued on the GPU like the rest: nobody waits for it
-on the host), and the worker feeds them to its next step exactly as rank 0
-does.
+device. When every request of a step is greedy, each rank takes the argmax
+of its own vocabulary slice and the ranks exchange one value per row, so
+every rank holds the step's tokens (`ModelRunner._tokens_in_flight`);
+otherwise a worker has no sampler, and rank 0 broadcasts each step's sampled
+ids (one small collective, queued on the GPU like the rest: nobody waits for
+it on the host). Either way the worker feeds them to its next step exactly as
+rank 0 does.
 
 Shutdown (`_Teardown`) runs on `close()`, on garbage collection and at
 interpreter exit. In order: the workers are asked to stop (a message through
@@ -30,6 +33,7 @@ by itself when its parent disappears.
 """
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import signal
@@ -46,7 +50,7 @@ import reference.parallel_state as parallel_state
 from reference.config import Config
 from reference.distributed import custom_all_reduce
 from reference.distributed.processes import exit_with_parent, start_daemons, stop_processes
-from reference.distributed.step_channel import StepChannel, StepSequence, decode, encode, slot_bytes
+from reference.distributed.step_channel import StepChannel, StepSequence, all_greedy, decode, encode, slot_bytes
 from reference.engine.model_runner import EngineDeadError, InFlightStep, ModelRunner
 from reference.engine.sequence import Sequence
 
@@ -138,7 +142,8 @@ class TensorParallelRunner(_TensorParallelShare, ModelRunner):
             self.close()
             raise EngineDeadError(f"tensor-parallel worker {dead[0].name} exited (code {dead[0].exitcode}); "
                                   "the engine is stopped")
-        if not self.channel.send(method, (is_prefill, has_previous), encode(seqs, is_prefill), timeout=SEND_TIMEOUT_S):
+        flags = (is_prefill, has_previous, all_greedy(seqs))
+        if not self.channel.send(method, flags, encode(seqs, is_prefill), timeout=SEND_TIMEOUT_S):
             self._teardown.broken = True
             self.close()
             raise EngineDeadError(f"a tensor-parallel worker took no step for {SEND_TIMEOUT_S:.0f} s; the engine is stopped")
@@ -171,7 +176,8 @@ class TensorParallelRunner(_TensorParallelShare, ModelRunner):
         return self._guarded(super().launch_prefill, seqs)
 
     def _sample_in_flight(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
-        """Sample here, and send the ids to the workers: their next step reads them as inputs."""
+        """Sample here, and send the ids to the workers: their next step reads them as inputs.
+        (A step of greedy requests never comes here: every rank takes its argmax, `_tokens_in_flight`.)"""
         tokens = super()._sample_in_flight(logits, seqs)
         dist.broadcast(tokens, src=0)
         return tokens
@@ -187,8 +193,8 @@ class WorkerRunner(_TensorParallelShare, ModelRunner):
             method, flags, arrays = channel.receive()
             if method == "stop":
                 return
-            is_prefill, has_previous = flags
-            seqs = decode(arrays, is_prefill)
+            is_prefill, has_previous, greedy = flags
+            seqs = decode(arrays, is_prefill, greedy)
             if method == "run":
                 self.run(seqs, is_prefill)
                 last = None
@@ -222,6 +228,10 @@ def worker_main(config: Config, rank: int, init_file: str, parent_pid: int, chan
         channel.attach(rank - 1)
         parallel_state.init_tensor_parallel(rank, config.tensor_parallel_size, config.device, init_file)
         runner = WorkerRunner(config)
+        # The worker's heap is now what it keeps for good (the model, its graphs): a full collection need
+        # not walk it again. Each step's objects die young; unfrozen, a full collection walking the whole
+        # heap would stall this rank, and every rank waits for it at the next collective.
+        gc.freeze()
         runner.serve(channel)
         runner.leave()
         channel.close()

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from reference.layers.sampler import vocab_parallel_greedy_tokens
 from reference.parallel_state import (all_gather_last_dim, all_reduce, all_reduce_add, all_reduce_add_norm, tp_rank,
                                       tp_world_size)
 
@@ -152,14 +153,23 @@ class ParallelLMHead(nn.Module):
 
     Gathering on every rank (not only rank 0) keeps the ranks symmetric; only
     rank 0 samples, so the other ranks' copies are the price of that symmetry.
+    A batch that only takes argmaxes needs no whole rows: `greedy_tokens`.
     """
 
     def __init__(self, vocab_size: int, hidden_size: int):
         super().__init__()
         self.vocab_size = vocab_size
         self.tp_size = tp_world_size()
-        self.weight = nn.Parameter(torch.empty(-(-vocab_size // self.tp_size), hidden_size))
+        per_rank = -(-vocab_size // self.tp_size)
+        self.start = tp_rank() * per_rank
+        self.local_vocab = max(0, min(per_rank, vocab_size - self.start))   # the last slice may be padded
+        self.weight = nn.Parameter(torch.empty(per_rank, hidden_size))
         self.weight.weight_loader = _vocab_rows_loader(tp_rank())
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return all_gather_last_dim(F.linear(hidden, self.weight), self.tp_size)[..., :self.vocab_size]
+
+    def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Each row's greedy token (-1: no valid argmax), on every rank, without gathering the logits."""
+        local = F.linear(hidden, self.weight)[:, :self.local_vocab]   # the padding's zero logits must not win
+        return vocab_parallel_greedy_tokens(local, self.start, self.tp_size)

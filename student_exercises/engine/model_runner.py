@@ -363,8 +363,7 @@ class ModelRunner:
             from_previous = previous.device_tokens[source.clamp(min=0)].clamp(min=0)
             input_ids = torch.where(source >= 0, from_previous, input_ids)
         hidden = self._decode_forward(input_ids, positions, meta)
-        logits = self.model.compute_logits(hidden)
-        return InFlightStep.start(seqs, self._sample_in_flight(logits, seqs))
+        return InFlightStep.start(seqs, self._tokens_in_flight(hidden, seqs))
 
     @torch.inference_mode()
     def launch_prefill(self, seqs: list[Sequence]) -> InFlightStep:
@@ -380,8 +379,20 @@ class ModelRunner:
         if not rows:
             return InFlightStep.start([], torch.empty(0, dtype=torch.int64, device=self.device), batch=seqs)
         last = (meta.cu_seqlens_q[1:] - 1)[self._tensor(rows)]
-        logits = self.model.compute_logits(hidden[last])
-        return InFlightStep.start(sampling, self._sample_in_flight(logits, sampling), batch=seqs)
+        return InFlightStep.start(sampling, self._tokens_in_flight(hidden[last], sampling), batch=seqs)
+
+    def _tokens_in_flight(self, hidden: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """The next token of each row of `hidden` (one per sequence of `seqs`), left on the device.
+
+        Under tensor parallelism a batch of greedy requests takes its argmax
+        slice by slice (`greedy_tokens`): every rank computes the same tokens,
+        and no rank gathers whole rows of logits or is sent the result. Any
+        other batch gathers the logits and rank 0 samples (`_sample_in_flight`).
+        A worker's sequences say which case a step is (tp_runner.py).
+        """
+        if self.tp_size > 1 and all(seq.sampling_params is not None and seq.sampling_params.greedy for seq in seqs):
+            return self.model.greedy_tokens(hidden)
+        return self._sample_in_flight(self.model.compute_logits(hidden), seqs)
 
     def _sample_in_flight(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """One token per row of `logits`, left on the device (`sample_on_device`).

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from student_exercises.parallel_state import all_gather_last_dim
 from student_exercises.sampling_params import SamplingParams
 
 # What torch.multinomial says of such a row; the engine fails the request with it.
@@ -53,6 +54,51 @@ def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
             noise.to(probs.device)
     valid = (probs.max() < float("inf")) & (probs.min() >= 0)
     return torch.where(valid, torch.argmax(probs / noise), -1)
+
+
+# `_order_key` of -inf and +inf: a row's best logit is finite exactly when its key lies strictly between.
+NEG_INF_KEY, POS_INF_KEY = -0x7F800001, 0x7F800000
+_INDEX_BITS = 0xFFFFFFFF
+
+
+def _order_key(x: torch.Tensor) -> torch.Tensor:
+    """int64 keys that order like the fp32 values x, NaN above +inf, -0.0 equal to +0.0 (as torch.argmax ranks)."""
+    x = torch.where(x == 0, torch.zeros_like(x), x)
+    bits = x.view(torch.int32).to(torch.int64)
+    key = torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)     # negatives: larger magnitude, smaller key
+    return torch.where(torch.isnan(x), 2**31 - 1, key)
+
+
+def vocab_parallel_greedy_tokens(local_logits: torch.Tensor, start: int, world_size: int) -> torch.Tensor:
+    """What `sample_on_device` gives greedy rows of the whole vocabulary, from this rank's slice of it.
+
+    Under tensor parallelism each rank holds the logits of its vocabulary
+    slice (columns start, start + 1, ...). Gathering whole rows to take their
+    argmax moves rows x vocab values per step; here each rank takes its own
+    slice's argmax and the ranks exchange one int64 per row: the best value's
+    order key in the high half, the complement of its global column in the low
+    half, so the largest packed value is the largest logit, and of equal ones
+    the first column, as torch.argmax chooses. Every rank gets the tokens, so
+    none needs to be sent them. A row whose best logit is NaN or +inf, or
+    that is all -inf, gives -1, as in `sample_on_device`.
+    """
+    everyone = all_gather_last_dim(best_of_slice(local_logits, start).unsqueeze(0), world_size)
+    return token_of_best(everyone.view(world_size, -1))
+
+
+def best_of_slice(local_logits: torch.Tensor, start: int) -> torch.Tensor:
+    """Per row, the slice's best logit and its global column, packed into one int64 (larger: better)."""
+    local = greedy_tokens(local_logits)
+    best = local_logits.gather(-1, local.unsqueeze(-1)).squeeze(-1).float()
+    return (_order_key(best) << 32) | (_INDEX_BITS - (local + start))
+
+
+def token_of_best(packed: torch.Tensor) -> torch.Tensor:
+    """[slices, rows] of `best_of_slice` -> each row's token, -1 where the best logit is not finite."""
+    winner = packed.amax(dim=0)
+    key = winner >> 32
+    tokens = _INDEX_BITS - (winner & _INDEX_BITS)
+    return torch.where((key > NEG_INF_KEY) & (key < POS_INF_KEY), tokens, -1)
 
 
 def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:

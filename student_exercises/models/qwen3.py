@@ -105,15 +105,26 @@ def compile_rows_dynamic(fn):
     other sizes (hidden, heads, head_dim) are the model's: with those symbolic
     too (`dynamic=True`) inductor could not vectorise the loads of a row or
     keep a 128-wide norm in registers, and a prefill step's elementwise
-    kernels ran far below the memory bandwidth (docs/performance.md). The price: a second
-    model shape in one process compiles again (then with those sizes dynamic).
+    kernels ran far below the memory bandwidth (docs/performance.md).
+
+    The model's sizes are marked static, not merely left alone: otherwise a
+    second shape in one process (a TP=2 engine after a TP=1 one, whose MLP
+    shard is half as wide) makes torch.compile's automatic dynamic shapes
+    recompile with every size symbolic, and that engine's kernels ran at half
+    the bandwidth. Marked static, each new shape compiles a kernel of its own.
+    The price: torch.compile keeps at most `recompile_limit` (8) versions of a
+    function; past that many model shapes in one process the rest run eagerly.
     """
     compiled = torch.compile(fn)
 
     def call(*args):
         for arg in args:
-            if isinstance(arg, torch.Tensor) and arg.dim() > 1:
-                torch._dynamo.maybe_mark_dynamic(arg, 0)
+            if isinstance(arg, torch.Tensor):
+                rows_dynamic = arg.dim() > 1
+                if rows_dynamic:
+                    torch._dynamo.maybe_mark_dynamic(arg, 0)
+                for dim in range(int(rows_dynamic), arg.dim()):
+                    torch._dynamo.mark_static(arg, dim)
         return compiled(*args)
     return call
 
@@ -314,6 +325,10 @@ class Qwen3ForCausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden)
+
+    def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor:
+        """argmax of each row's logits (-1 where there is none), without whole rows under tensor parallelism."""
+        return self.lm_head.greedy_tokens(hidden)
 
     def use_ops(self, ops: ElementwiseOps) -> None:
         """Route every layer's elementwise work through `ops` (e.g. ElementwiseOps.fused())."""

@@ -33,9 +33,11 @@ WIDE_SHAPE = dict(vocab_size=None, hidden_size=64, intermediate_size=96, num_hid
 
 @pytest.fixture(scope="module")
 def wide_kv_model_dir(tiny_model_dir, tmp_path_factory) -> str:
-    """4 KV heads, separate lm_head (so the vocab-parallel head is loaded on its own), the tiny tokenizer."""
+    """4 KV heads, separate lm_head (so the vocab-parallel head is loaded on its own), the tiny tokenizer,
+    and an odd vocabulary (3 ids past the tokenizer's, as Qwen pads its own): rank 1's slice of the head is
+    padded, and the padding's zero logits must never win an argmax."""
     from courseware.bench import make_random_model
-    vocab = json.loads(open(f"{tiny_model_dir}/config.json").read())["vocab_size"]
+    vocab = json.loads(open(f"{tiny_model_dir}/config.json").read())["vocab_size"] + 3
     shape = {**WIDE_SHAPE, "vocab_size": vocab}
     return str(make_random_model(tmp_path_factory.mktemp("wide") / "model", shape=shape, seed=3, dtype=torch.float32))
 
@@ -84,12 +86,17 @@ def test_tp2_tiny_model_equals_tp1_and_transformers_and_a_dead_worker_is_an_erro
 
 
 def test_tp2_wide_kv_model_and_cleanup_on_garbage_collection(wide_kv_model_dir):
-    llm = LLM(wide_kv_model_dir, tensor_parallel_size=2, **CONFIG)
+    """Async scheduling: every step is greedy, so each rank takes its vocabulary slice's argmax."""
+    llm = LLM(wide_kv_model_dir, tensor_parallel_size=2, async_scheduling=True, **CONFIG)
     pids = [p.pid for p in llm.model_runner.workers]
     attn = llm.model_runner.model.model.layers[0].self_attn
     assert (attn.num_heads, attn.num_kv_heads) == (4, 2)
+    model, calls = llm.model_runner.model, []
+    plain = model.greedy_tokens
+    model.greedy_tokens = lambda hidden: calls.append(len(hidden)) or plain(hidden)
     check_tp2_matches(wide_kv_model_dir, llm)
-    del llm, attn
+    assert calls, "no step took the vocabulary-parallel argmax"
+    del llm, attn, model, plain
     gc.collect()
     assert not any(alive(pid) for pid in pids), "garbage-collecting the LLM left a worker process running"
 
