@@ -71,6 +71,74 @@ def save() -> None:
     (OUT / "gpu_tp.json").write_text(json.dumps(RESULTS, indent=2, default=str))
 
 
+class Pauses:
+    """This process's garbage collections (gc.callbacks): count, total and longest ms, by generation."""
+
+    def __init__(self):
+        self.by_generation: dict[int, list] = {}
+        self.started: float | None = None
+        self.long: list[tuple[float, int, float]] = []    # (time, generation, ms) of pauses over 2 ms
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+        elif self.started is not None:
+            ms = (time.perf_counter() - self.started) * 1e3
+            entry = self.by_generation.setdefault(info["generation"], [0, 0.0, 0.0])
+            entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + ms, max(entry[2], ms)
+            if ms > 2.0 and len(self.long) < 50:
+                self.long.append((round(time.monotonic() - START, 3), info["generation"], round(ms, 2)))
+
+    def summary(self) -> dict:
+        return {str(g): {"count": n, "total_ms": round(t, 2), "max_ms": round(m, 2)}
+                for g, (n, t, m) in sorted(self.by_generation.items())}
+
+
+def _trace_worker_steps() -> None:
+    """In a TP worker (a spawned process runs this script as __mp_main__): log its slow steps and its
+    garbage collections to $OUT/worker_<pid>.jsonl, to tell a stalled worker from a stalled rank 0."""
+    from reference.distributed import tp_runner
+    plain_serve = tp_runner.WorkerRunner.serve
+
+    def serve(self, channel):
+        pauses, trace = Pauses(), OUT / f"worker_{os.getpid()}.jsonl"
+        gc.callbacks.append(pauses)
+        plain_receive, steps, slow = channel.receive, [0], []
+        received = [time.perf_counter()]
+
+        def receive():
+            before = time.perf_counter()
+            work_ms = (before - received[0]) * 1e3          # the previous step: message in hand -> launched
+            if steps[0] > 1 and work_ms > 3.0 and len(slow) < 60:
+                slow.append((steps[0], round(work_ms, 2)))
+            message = plain_receive()
+            received[0] = time.perf_counter()
+            steps[0] += 1
+            return message
+        channel.receive = receive
+        try:
+            return plain_serve(self, channel)
+        finally:
+            gc.callbacks.remove(pauses)
+            with open(trace, "a") as f:
+                f.write(json.dumps({"steps": steps[0], "slow_steps_host_ms": slow, "gc": pauses.summary(),
+                                    "gc_pauses_over_2ms": pauses.long}) + "\n")
+    tp_runner.WorkerRunner.serve = serve
+
+
+if __name__ == "__mp_main__" and os.environ.get("GPU_TP_WORKER_TRACE", "1") == "1":
+    _trace_worker_steps()
+
+
+def worker_traces(pids: list[int]) -> list:
+    found = []
+    for pid in pids:
+        path = OUT / f"worker_{pid}.jsonl"
+        if path.exists():
+            found += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return found
+
+
 def part(name: str, min_left_s: float):
     def wrap(fn):
         def run():
@@ -186,7 +254,7 @@ def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
     hidden, per_graph = QWEN3_8B["hidden_size"], 2 * QWEN3_8B["num_hidden_layers"]
     custom = OneShotAllReduce(rank, 2, torch.bfloat16, 256 * hidden * 2, control) if usable(2) else None
     rows: dict = {}
-    for tokens in (1, 16, 64, 256, 2048):
+    for tokens in (1, 16, 64, 256, 2048, 8192):   # 8192: a prefill step of max_num_batched_tokens
         row: dict = {"bytes": tokens * hidden * 2}
         x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
         row["nccl_eager_us"] = _time_cuda(lambda: dist.all_reduce(x), 100) * 1e3
@@ -371,6 +439,7 @@ class _HostClock:
         self.runner, self.module = runner, model_runner
         self.launch = {"n": 0, "s": 0.0}
         self.wait = {"n": 0, "s": 0.0}
+        self.events: list[tuple] = []       # (before, after) each decode graph's replay, on the GPU's clock
         self.graphs = dict(runner.graphs)
         for bucket, graph in self.graphs.items():
             runner.graphs[bucket] = self._timed_graph(graph)
@@ -388,14 +457,18 @@ class _HostClock:
             model_runner.InFlightStep.tokens = timed_tokens
 
     def _timed_graph(self, graph):
-        clock = self.launch
+        clock, events = self.launch, self.events
 
         class Timed:
             def replay(self):
+                before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                before.record()
                 t = time.perf_counter()
                 graph.replay()
                 clock["s"] += time.perf_counter() - t
                 clock["n"] += 1
+                after.record()
+                events.append((before, after))
         return Timed()
 
     def stop(self) -> None:
@@ -404,12 +477,32 @@ class _HostClock:
             self.module.InFlightStep.tokens = self.tokens
 
     def per_step(self) -> dict:
+        """Host means; and on the GPU's own clock (events, no profiler), the median decode graph and the median
+        time from one graph's start to the next: what a step spends outside its graph (input copies, LM head,
+        sampling, and any wait for the host) is the difference."""
         mean = lambda c: round(c["s"] / c["n"] * 1e6, 1) if c["n"] else None
-        return {"graph_launch_host_us": mean(self.launch), "host_wait_for_gpu_us_per_step": mean(self.wait)}
+        out = {"graph_launch_host_us": mean(self.launch), "host_wait_for_gpu_us_per_step": mean(self.wait)}
+        if len(self.events) > 4:
+            torch.cuda.synchronize()
+            graph = [b.elapsed_time(a) for b, a in self.events]
+            period = [b0.elapsed_time(b1) for (b0, _), (b1, _) in zip(self.events, self.events[1:])]
+            out["graph_gpu_ms_median"] = round(statistics.median(graph), 3)
+            out["graph_start_to_start_ms_median"] = round(statistics.median(period), 3)
+            # the slow ones: (graph index, graph ms, ms from its end to the next start). A long graph waited
+            # inside (for the other rank, at an all-reduce); a long gap waited for this host to launch.
+            typical = statistics.median(period)
+            out["slow_graphs"] = [(i, round(graph[i], 2), round(a.elapsed_time(b1), 2))
+                                  for i, ((_, a), (b1, _)) in enumerate(zip(self.events, self.events[1:]))
+                                  if period[i] > 1.5 * typical][:30]
+        return out
 
 
-def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int = 0, trace: Path | None = None) -> dict:
-    """Every request at once; output tok/s over the whole run, and the decode step period at full batch."""
+def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int = 0, trace: Path | None = None,
+              profile_prefill: bool = False) -> dict:
+    """Every request at once; output tok/s over the whole run, and the decode step period at full batch.
+
+    `profile_prefill`: profile the first step (a prefill of the whole batch, or its first chunk) instead of
+    decode steps; the profiler waits for that step's GPU work before it stops."""
     from reference import SamplingParams
     from reference.engine.collector import full_collections_deferred
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
@@ -426,14 +519,20 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
             sent["n"] += 1
         runner._send = timed_send
     host = _HostClock(runner)
+    pauses = Pauses()
     gc.collect()
     gc.freeze()
+    gc.callbacks.append(pauses)
     torch.cuda.synchronize()
     periods, prof, profiled = [], None, 0
     with full_collections_deferred():
         start = last = time.perf_counter()
         for p in prompts:
             llm.add_request(p, params)
+        if profile_prefill:
+            prof = torch.profiler.profile(activities=PROFILE_ACTIVITIES)
+            prof.__enter__()
+            profile_steps = 1
         while not llm.is_finished():
             full = llm.num_running == batch and llm.num_waiting == 0
             if profile_steps and prof is None and full and len(periods) > 8 + batch // 64:
@@ -454,6 +553,7 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
         if prof is not None and profiled < profile_steps:    # the run ended first: keep what was seen
             prof.__exit__(None, None, None)
             profile_steps = max(1, profiled)
+    gc.callbacks.remove(pauses)
     gc.unfreeze()
     if hasattr(runner, "_send"):
         del runner._send
@@ -461,9 +561,20 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
     tokens = sum(len(s.output_token_ids) for s in llm.finished.values())
     llm.finished.clear()
     decode = [p for p, full in periods if full]
+    first_full = next((i for i, (_, full) in enumerate(periods) if full), len(periods))
     out = {"batch": batch, "output_tokens": tokens, "elapsed_s": end - start, "output_tok_per_s": tokens / (end - start),
            "steps": len(periods), "decode_step_ms_median": statistics.median(decode) * 1e3 if decode else None,
-           "send_us_per_step": sent["s"] / sent["n"] * 1e6 if sent["n"] else None, **host.per_step()}
+           # where the run's time goes, by the host's clock: the steps before the batch is full (prefills; under
+           # async scheduling a step's period ends when it has launched the next one), full steps, the rest
+           "before_full_ms": [round(p * 1e3, 2) for p, _ in periods[:first_full]],
+           "full_steps_s": round(sum(decode), 4),
+           "after_full_s": round(sum(p for p, full in periods[first_full:] if not full), 4),
+           "end_wait_ms": round((end - last) * 1e3, 2),
+           # full steps over 1.5 x the median: (step index, ms), the first 20 (a stall: a collection, a late worker)
+           "slow_full_steps": [(i, round(p * 1e3, 2)) for i, (p, full) in enumerate(periods)
+                               if full and decode and p > 1.5 * statistics.median(decode)][:20],
+           "send_us_per_step": sent["s"] / sent["n"] * 1e6 if sent["n"] else None, **host.per_step(),
+           "rank0_gc": pauses.summary(), "rank0_gc_pauses_over_2ms": pauses.long}
     if prof is not None and trace is not None:
         prof.export_chrome_trace(str(trace))
         out["trace"] = trace.name
@@ -544,12 +655,18 @@ def bench_engine(model: str, vocab: int, tp: int, reps: int, sync_reps: int = in
                 r = timed_run(llm, prompts_for(vocab, batch, seed=99 + batch), min(output_len, 64), profile_steps=6)
                 out[f"profile_batch{batch}"] = {k: r.get(k) for k in ("gpu_ms_per_step_by_band", "decode_step_ms_median",
                                                                        "gpu_idle", "top_kernels_ms_calls_per_step")}
+                r = timed_run(llm, prompts_for(vocab, batch, seed=97 + batch), 8, profile_prefill=True)
+                out[f"profile_prefill_batch{batch}"] = {k: r.get(k) for k in (
+                    "gpu_ms_per_step_by_band", "gpu_idle", "top_kernels_ms_calls_per_step", "before_full_ms")}
                 if TRACE:
                     timed_run(llm, prompts_for(vocab, batch, seed=98 + batch), min(output_len, 64), profile_steps=4,
                               trace=OUT / f"trace_tp{tp}_b{batch}.json")
         out["custom_error_flag"] = custom_error() if tp > 1 else None
     finally:
+        pids = [p.pid for p in getattr(llm.model_runner, "workers", [])]
         close(llm)
+    if pids:
+        out["worker_trace"] = worker_traces(pids)
     return out
 
 
@@ -820,13 +937,22 @@ def table() -> None:
                           f"{run['output_tok_per_s']:8,.0f} tok/s, step {run['decode_step_ms_median'] or 0:.2f} ms, "
                           f"send {run['send_us_per_step'] or 0:.0f} us, graph launch "
                           f"{run.get('graph_launch_host_us') or 0:.0f} us, host waits "
-                          f"{run.get('host_wait_for_gpu_us_per_step') or 0:.0f} us a step")
+                          f"{run.get('host_wait_for_gpu_us_per_step') or 0:.0f} us a step; GPU: graph "
+                          f"{run.get('graph_gpu_ms_median') or 0:.3f} ms, start to start "
+                          f"{run.get('graph_start_to_start_ms_median') or 0:.3f} ms; before full "
+                          f"{run.get('before_full_ms')} ms, full {run.get('full_steps_s')} s, after "
+                          f"{run.get('after_full_s')} s; slow full steps {run.get('slow_full_steps')}; slow graphs "
+                          f"{run.get('slow_graphs')}; rank 0 GC {run.get('rank0_gc')}")
+                for trace in e.get("worker_trace") or []:
+                    print(f"{name:10s} {key:9s} worker: {trace}"[:1500])
                 for batch in BATCHES:
-                    p = e.get(f"profile_batch{batch}")
-                    if p:
-                        print(f"{name:10s} {key:9s} profile B={batch}: {p['gpu_ms_per_step_by_band']}")
-                        for ms, calls, kernel in (p.get("top_kernels_ms_calls_per_step") or [])[:8]:
-                            print(f"{'':10s}   {ms:7.3f} ms {calls:4d}x {kernel[:70]}")
+                    for kind in ("profile", "profile_prefill"):
+                        p = e.get(f"{kind}_batch{batch}")
+                        if p:
+                            print(f"{name:10s} {key:9s} {kind} B={batch}: {p['gpu_ms_per_step_by_band']} "
+                                  f"idle {(p.get('gpu_idle') or {}).get('idle_ms_per_step')}")
+                            for ms, calls, kernel in (p.get("top_kernels_ms_calls_per_step") or [])[:8]:
+                                print(f"{'':10s}   {ms:7.3f} ms {calls:4d}x {kernel[:70]}")
             for key in ("tp2_over_tp1", "tp2_nccl_over_tp1", "eager_tp2_over_tp1", "bf16_tokens"):
                 if key in r:
                     print(f"{name:10s} {key}: {r[key]}")
