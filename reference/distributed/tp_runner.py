@@ -50,7 +50,8 @@ import reference.parallel_state as parallel_state
 from reference.config import Config
 from reference.distributed import custom_all_reduce
 from reference.distributed.processes import exit_with_parent, start_daemons, stop_processes
-from reference.distributed.step_channel import StepChannel, StepSequence, all_greedy, decode, encode, slot_bytes
+from reference.distributed.step_channel import (HeldTables, SentTables, StepChannel, StepSequence, all_greedy, decode,
+                                                encode, slot_bytes)
 from reference.engine.model_runner import EngineDeadError, InFlightStep, ModelRunner
 from reference.engine.sequence import Sequence
 
@@ -118,6 +119,7 @@ class TensorParallelRunner(_TensorParallelShare, ModelRunner):
                                                               config.max_model_len, config.kvcache_block_size))
         self.workers = start_daemons(ctx, [(worker_main, (config, rank, init_file, os.getpid(), self.channel),
                                             f"inferlab-tp-rank{rank}") for rank in range(1, world)])
+        self._sent_tables = SentTables()
         self._teardown = _Teardown(self.workers, self.channel, init_dir, config.device)
         self._finalizer = weakref.finalize(self, self._teardown)
         try:
@@ -143,7 +145,7 @@ class TensorParallelRunner(_TensorParallelShare, ModelRunner):
             raise EngineDeadError(f"tensor-parallel worker {dead[0].name} exited (code {dead[0].exitcode}); "
                                   "the engine is stopped")
         flags = (is_prefill, has_previous, all_greedy(seqs))
-        if not self.channel.send(method, flags, encode(seqs, is_prefill), timeout=SEND_TIMEOUT_S):
+        if not self.channel.send(method, flags, encode(seqs, is_prefill, self._sent_tables), timeout=SEND_TIMEOUT_S):
             self._teardown.broken = True
             self.close()
             raise EngineDeadError(f"a tensor-parallel worker took no step for {SEND_TIMEOUT_S:.0f} s; the engine is stopped")
@@ -189,12 +191,13 @@ class WorkerRunner(_TensorParallelShare, ModelRunner):
     def serve(self, channel: StepChannel) -> None:
         """Run steps until rank 0 says stop."""
         last: InFlightStep | None = None     # the step this worker launched last (async scheduling)
+        tables = HeldTables()
         while True:
             method, flags, arrays = channel.receive()
             if method == "stop":
                 return
             is_prefill, has_previous, greedy = flags
-            seqs = decode(arrays, is_prefill, greedy)
+            seqs = decode(arrays, is_prefill, tables, greedy)
             if method == "run":
                 self.run(seqs, is_prefill)
                 last = None

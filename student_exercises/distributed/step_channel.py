@@ -5,7 +5,8 @@ Every step, rank 0 tells the workers what to run before it runs its own
 share. Until issue 35 that was `broadcast_object_list` over a gloo group: a
 pickle of one object per sequence, sent over a socket, unpickled. Here rank 0
 writes the batch as a few int64 arrays (ids, lengths, the step's token ids,
-the block tables: one array each, every sequence's entries back to back) into
+the new entries of the block tables: one array each, every sequence's entries
+back to back; `SentTables` says why only the new entries) into
 a ring of slots in one shared-memory segment, and posts a semaphore per
 worker; each worker copies the arrays out, frees the slot, and rebuilds a
 light `StepSequence` per sequence. Rank 0 builds no object per sequence,
@@ -68,11 +69,76 @@ class StepSequence:
         return self.token_ids[-1]
 
 
-ARRAYS = ("seq_ids", "lengths", "num_cached", "num_scheduled", "token_counts", "tokens", "table_lens", "tables")
+ARRAYS = ("seq_ids", "lengths", "num_cached", "num_scheduled", "token_counts", "tokens", "table_starts",
+          "table_lens", "tables")
 
 
-def encode(seqs: list, is_prefill: bool) -> dict[str, np.ndarray]:
-    """A batch as flat int64 arrays: one value per sequence, or every sequence's entries back to back."""
+class _HeldTables:
+    """Which sequences' block tables a worker holds after each step: one rule, kept alike on both sides.
+
+    Rank 0 sends a table whole in a prefill step and, in a decode step, only
+    the entries it gained since the worker last held it (a block every
+    `block_size` tokens): at a decode batch of 256 sequences with 33-block
+    tables, flattening every table each step cost rank 0 more than the rest
+    of the message. What the worker holds after a step: a prefill step adds
+    (or replaces) its sequences; a decode step keeps exactly its own. A
+    sequence missing from a decode step finished or was preempted, and comes
+    back only through a prefill, which sends its table whole again. That
+    relies on what BlockManager guarantees: a table only grows at its end
+    while its sequence decodes (`append`); it is replaced only by `allocate`,
+    at a prefill. The worker checks the length it holds against where rank
+    0's entries start, so a table that changed otherwise fails loudly.
+    """
+
+    def __init__(self):
+        self.held: dict[int, list[int]] = {}
+
+    def _after_step(self, ids: list[int], is_prefill: bool) -> None:
+        if not is_prefill:
+            kept = set(ids)
+            self.held = {i: t for i, t in self.held.items() if i in kept}
+
+
+class SentTables(_HeldTables):
+    """Rank 0's side: which entries of each table the workers already hold (`held` maps to table lengths)."""
+
+    def encode(self, seqs: list, is_prefill: bool) -> tuple[list[int], list[int], list[int]]:
+        """(first entry sent per sequence, entries sent per sequence, the entries back to back)."""
+        starts, counts, entries = [], [], []
+        for seq in seqs:
+            table = seq.block_table
+            start = 0 if is_prefill else self.held.get(seq.seq_id, 0)
+            if start > len(table):
+                start = 0
+            starts.append(start)
+            counts.append(len(table) - start)
+            entries += table[start:]
+        for seq in seqs:
+            self.held[seq.seq_id] = len(seq.block_table)
+        self._after_step([seq.seq_id for seq in seqs], is_prefill)
+        return starts, counts, entries
+
+
+class HeldTables(_HeldTables):
+    """A worker's side: the tables themselves, grown by what each step carries."""
+
+    def update(self, seq_id: int, start: int, entries: list[int]) -> list[int]:
+        table = self.held.get(seq_id, []) if start else []
+        if len(table) != start:
+            raise RuntimeError(f"the block table of sequence {seq_id} is out of step with rank 0's: this worker "
+                               f"holds {len(table)} entries, rank 0 sent entries from {start} on")
+        if entries:
+            table = table + entries     # a new list: the previous step's StepSequence keeps its own
+            self.held[seq_id] = table
+        return table
+
+    def after_step(self, ids: list[int], is_prefill: bool) -> None:
+        self._after_step(ids, is_prefill)
+
+
+def encode(seqs: list, is_prefill: bool, sent: SentTables) -> dict[str, np.ndarray]:
+    """A batch as flat int64 arrays: one value per sequence, or every sequence's entries back to back.
+    Block tables: only what the workers do not hold yet (`sent` records it)."""
     if is_prefill:
         chunks = [seq.token_ids[seq.num_cached_tokens:seq.num_cached_tokens + seq.num_scheduled_tokens] for seq in seqs]
         token_counts = [len(c) for c in chunks]
@@ -80,13 +146,13 @@ def encode(seqs: list, is_prefill: bool) -> dict[str, np.ndarray]:
     else:
         token_counts = [1] * len(seqs)
         tokens = [seq.token_ids[-1] for seq in seqs]
-    tables = [seq.block_table for seq in seqs]
+    starts, counts, entries = sent.encode(seqs, is_prefill)
     as_array = lambda values: np.asarray(values, dtype=np.int64)
     return {"seq_ids": as_array([seq.seq_id for seq in seqs]), "lengths": as_array([len(seq) for seq in seqs]),
             "num_cached": as_array([seq.num_cached_tokens for seq in seqs]),
             "num_scheduled": as_array([seq.num_scheduled_tokens for seq in seqs]),
             "token_counts": as_array(token_counts), "tokens": as_array(tokens),
-            "table_lens": as_array([len(t) for t in tables]), "tables": as_array([b for t in tables for b in t])}
+            "table_starts": as_array(starts), "table_lens": as_array(counts), "tables": as_array(entries)}
 
 
 def all_greedy(seqs: list) -> bool:
@@ -94,25 +160,28 @@ def all_greedy(seqs: list) -> bool:
     return all(seq.sampling_params.greedy for seq in seqs)
 
 
-def decode(arrays: dict[str, np.ndarray], is_prefill: bool, greedy: bool = False) -> list[StepSequence]:
-    """The StepSequences `encode` described (a prefill chunk's cached prefix as zeros); GREEDY ones if `greedy`."""
+def decode(arrays: dict[str, np.ndarray], is_prefill: bool, held: HeldTables, greedy: bool = False) -> list[StepSequence]:
+    """The StepSequences `encode` described (a prefill chunk's cached prefix as zeros); GREEDY ones if `greedy`.
+    Their block tables are `held`'s, grown by the entries the message carries."""
     params = GREEDY if greedy else None
     columns = {name: arrays[name].tolist() for name in ARRAYS}
     seqs, token_at, table_at = [], 0, 0
     for i, seq_id in enumerate(columns["seq_ids"]):
         n_tokens, n_blocks, cached = columns["token_counts"][i], columns["table_lens"][i], columns["num_cached"][i]
         chunk = columns["tokens"][token_at:token_at + n_tokens]
+        table = held.update(seq_id, columns["table_starts"][i], columns["tables"][table_at:table_at + n_blocks])
         seqs.append(StepSequence(seq_id, [0] * cached + chunk if is_prefill else chunk, columns["lengths"][i], cached,
-                                 columns["num_scheduled"][i], columns["tables"][table_at:table_at + n_blocks], params))
+                                 columns["num_scheduled"][i], table, params))
         token_at += n_tokens
         table_at += n_blocks
+    held.after_step(columns["seq_ids"], is_prefill)
     return seqs
 
 
 def slot_bytes(max_num_seqs: int, max_num_batched_tokens: int, max_model_len: int, block_size: int) -> int:
     """The largest message a config allows: every sequence's whole block table, a full prefill's tokens."""
     blocks_per_seq = -(-max_model_len // block_size)
-    values = 6 * max_num_seqs + max_num_batched_tokens + max_num_seqs + max_num_seqs * blocks_per_seq
+    values = 7 * max_num_seqs + max_num_batched_tokens + max_num_seqs + max_num_seqs * blocks_per_seq
     return HEADER_BYTES + 8 * values
 
 

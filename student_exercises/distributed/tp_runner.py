@@ -51,7 +51,8 @@ import student_exercises.parallel_state as parallel_state
 from student_exercises.config import Config
 from student_exercises.distributed import custom_all_reduce
 from student_exercises.distributed.processes import exit_with_parent, start_daemons, stop_processes
-from student_exercises.distributed.step_channel import StepChannel, StepSequence, all_greedy, decode, encode, slot_bytes
+from student_exercises.distributed.step_channel import (HeldTables, SentTables, StepChannel, StepSequence, all_greedy, decode,
+                                                encode, slot_bytes)
 from student_exercises.engine.model_runner import EngineDeadError, InFlightStep, ModelRunner
 from student_exercises.engine.sequence import Sequence
 
@@ -119,6 +120,7 @@ class TensorParallelRunner(_TensorParallelShare, ModelRunner):
                                                               config.max_model_len, config.kvcache_block_size))
         self.workers = start_daemons(ctx, [(worker_main, (config, rank, init_file, os.getpid(), self.channel),
                                             f"inferlab-tp-rank{rank}") for rank in range(1, world)])
+        self._sent_tables = SentTables()
         self._teardown = _Teardown(self.workers, self.channel, init_dir, config.device)
         self._finalizer = weakref.finalize(self, self._teardown)
         try:
@@ -144,7 +146,7 @@ class TensorParallelRunner(_TensorParallelShare, ModelRunner):
             raise EngineDeadError(f"tensor-parallel worker {dead[0].name} exited (code {dead[0].exitcode}); "
                                   "the engine is stopped")
         flags = (is_prefill, has_previous, all_greedy(seqs))
-        if not self.channel.send(method, flags, encode(seqs, is_prefill), timeout=SEND_TIMEOUT_S):
+        if not self.channel.send(method, flags, encode(seqs, is_prefill, self._sent_tables), timeout=SEND_TIMEOUT_S):
             self._teardown.broken = True
             self.close()
             raise EngineDeadError(f"a tensor-parallel worker took no step for {SEND_TIMEOUT_S:.0f} s; the engine is stopped")
@@ -190,12 +192,13 @@ class WorkerRunner(_TensorParallelShare, ModelRunner):
     def serve(self, channel: StepChannel) -> None:
         """Run steps until rank 0 says stop."""
         last: InFlightStep | None = None     # the step this worker launched last (async scheduling)
+        tables = HeldTables()
         while True:
             method, flags, arrays = channel.receive()
             if method == "stop":
                 return
             is_prefill, has_previous, greedy = flags
-            seqs = decode(arrays, is_prefill, greedy)
+            seqs = decode(arrays, is_prefill, tables, greedy)
             if method == "run":
                 self.run(seqs, is_prefill)
                 last = None

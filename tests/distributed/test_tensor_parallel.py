@@ -158,6 +158,26 @@ def test_async_scheduling_under_tp2_gives_tp1s_tokens_greedy_and_seeded(tiny_mod
     assert tp2 == tp1
 
 
+def test_tp2_under_preemption_gives_tp1s_tokens(tiny_model_dir):
+    """A KV pool too small for the batch: sequences are preempted and prefilled again with new block tables,
+    which the worker must take whole (a decode step sends it only a table's new entries)."""
+    config = {**CONFIG, "num_kvcache_blocks": 7, "async_scheduling": True}
+    vocab = json.loads(open(f"{tiny_model_dir}/config.json").read())["vocab_size"]
+    prompts = random_prompts([15] * 6, vocab, seed=9)       # one block each, a second one each at token 17
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True)
+    llm = LLM(tiny_model_dir, tensor_parallel_size=2, **config)
+    preempted = []
+    plain = llm.scheduler.preempt
+    llm.scheduler.preempt = lambda seq: preempted.append(seq.seq_id) or plain(seq)
+    try:
+        tp2 = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+    finally:
+        llm.model_runner.close()
+    assert preempted, "the pool was meant to be too small: nothing was preempted"
+    tp1 = [o["token_ids"] for o in LLM(tiny_model_dir, **config).generate(prompts, params, use_tqdm=False)]
+    assert tp2 == tp1
+
+
 LIFECYCLE = """
 import gc, sys
 from reference import LLM, SamplingParams
