@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from courseware.bench import QWEN3_0_6B, make_random_model, make_workload, random_model_dir  # noqa: E402
+import tp_worker_trace  # noqa: E402   (this script's directory is sys.path[0])
+from tp_worker_trace import Pauses  # noqa: E402
 
 QWEN3_8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
@@ -69,74 +71,6 @@ def free_gpu() -> None:
 
 def save() -> None:
     (OUT / "gpu_tp.json").write_text(json.dumps(RESULTS, indent=2, default=str))
-
-
-class Pauses:
-    """This process's garbage collections (gc.callbacks): count, total and longest ms, by generation."""
-
-    def __init__(self):
-        self.by_generation: dict[int, list] = {}
-        self.started: float | None = None
-        self.long: list[tuple[float, int, float]] = []    # (time, generation, ms) of pauses over 2 ms
-
-    def __call__(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self.started = time.perf_counter()
-        elif self.started is not None:
-            ms = (time.perf_counter() - self.started) * 1e3
-            entry = self.by_generation.setdefault(info["generation"], [0, 0.0, 0.0])
-            entry[0], entry[1], entry[2] = entry[0] + 1, entry[1] + ms, max(entry[2], ms)
-            if ms > 2.0 and len(self.long) < 50:
-                self.long.append((round(time.monotonic() - START, 3), info["generation"], round(ms, 2)))
-
-    def summary(self) -> dict:
-        return {str(g): {"count": n, "total_ms": round(t, 2), "max_ms": round(m, 2)}
-                for g, (n, t, m) in sorted(self.by_generation.items())}
-
-
-def _trace_worker_steps() -> None:
-    """In a TP worker (a spawned process runs this script as __mp_main__): log its slow steps and its
-    garbage collections to $OUT/worker_<pid>.jsonl, to tell a stalled worker from a stalled rank 0."""
-    from reference.distributed import tp_runner
-    plain_serve = tp_runner.WorkerRunner.serve
-
-    def serve(self, channel):
-        pauses, trace = Pauses(), OUT / f"worker_{os.getpid()}.jsonl"
-        gc.callbacks.append(pauses)
-        plain_receive, steps, slow = channel.receive, [0], []
-        received = [time.perf_counter()]
-
-        def receive():
-            before = time.perf_counter()
-            work_ms = (before - received[0]) * 1e3          # the previous step: message in hand -> launched
-            if steps[0] > 1 and work_ms > 3.0 and len(slow) < 60:
-                slow.append((steps[0], round(work_ms, 2)))
-            message = plain_receive()
-            received[0] = time.perf_counter()
-            steps[0] += 1
-            return message
-        channel.receive = receive
-        try:
-            return plain_serve(self, channel)
-        finally:
-            gc.callbacks.remove(pauses)
-            with open(trace, "a") as f:
-                f.write(json.dumps({"steps": steps[0], "slow_steps_host_ms": slow, "gc": pauses.summary(),
-                                    "gc_pauses_over_2ms": pauses.long}) + "\n")
-    tp_runner.WorkerRunner.serve = serve
-
-
-if __name__ == "__mp_main__" and os.environ.get("GPU_TP_WORKER_TRACE", "1") == "1":
-    _trace_worker_steps()
-
-
-def worker_traces(pids: list[int]) -> list:
-    found = []
-    for pid in pids:
-        path = OUT / f"worker_{pid}.jsonl"
-        if path.exists():
-            found += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return found
 
 
 def part(name: str, min_left_s: float):
@@ -246,7 +180,7 @@ def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
     import torch.distributed as dist
     import torch.multiprocessing as mp
     from reference.distributed.custom_all_reduce import OneShotAllReduce, usable
-    from reference.distributed.step_channel import StepChannel, StepSequence, decode, encode
+    from reference.distributed.step_channel import HeldTables, SentTables, StepChannel, StepSequence, decode, encode
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=2,
                             device_id=torch.device("cuda", rank))
@@ -320,11 +254,13 @@ def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
         channel.shm, channel.slot_size, channel.next_slot = shared_memory.SharedMemory(name=holder[0]), 4 * 2**20, 0
     # Semaphores cannot cross this group: the probe passes the slots in lock step over gloo instead
     # and times only the encode + copy-in (rank 0) and copy-out + decode (rank 1) of each message.
+    # Decode steps in a row: the block tables go whole in the first and not again (nothing new to send).
     t_send = t_receive = 0.0
+    sent, held = SentTables(), HeldTables()
     for i in range(steps):
         if rank == 0:
             e0 = time.perf_counter()
-            arrays = encode(seqs, False)
+            arrays = encode(seqs, False, sent)
             base = channel.next_slot * channel.slot_size
             header = pickle.dumps(("run", (False, False), [(k, len(a)) for k, a in arrays.items()]))
             channel.shm.buf[base:base + len(header)] = header
@@ -343,7 +279,7 @@ def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
             for name, n in shapes:
                 got[name] = np.frombuffer(channel.shm.buf, dtype=np.int64, count=n, offset=offset).copy()
                 offset += 8 * n
-            decoded = decode(got, False)
+            decoded = decode(got, False, held)
             t_receive += time.perf_counter() - e0
             assert len(decoded) == 256 and decoded[5].block_table == seqs[5].block_table
         dist.barrier(group=control)
@@ -524,7 +460,7 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
     gc.freeze()
     gc.callbacks.append(pauses)
     torch.cuda.synchronize()
-    periods, prof, profiled = [], None, 0
+    periods, ends, prof, profiled = [], [], None, 0
     with full_collections_deferred():
         start = last = time.perf_counter()
         for p in prompts:
@@ -542,6 +478,7 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
             llm.step()
             now = time.perf_counter()
             periods.append((now - last, full))
+            ends.append(time.monotonic())
             last = now
             if prof is not None and profiled < profile_steps:
                 profiled += 1
@@ -570,8 +507,9 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
            "full_steps_s": round(sum(decode), 4),
            "after_full_s": round(sum(p for p, full in periods[first_full:] if not full), 4),
            "end_wait_ms": round((end - last) * 1e3, 2),
-           # full steps over 1.5 x the median: (step index, ms), the first 20 (a stall: a collection, a late worker)
-           "slow_full_steps": [(i, round(p * 1e3, 2)) for i, (p, full) in enumerate(periods)
+           # full steps over 1.5 x the median: (step index, ms, monotonic time at its end), the first 20
+           # (a stall: a collection, a late worker; tp_worker_trace.py logs the worker's on the same clock)
+           "slow_full_steps": [(i, round(p * 1e3, 2), round(ends[i], 4)) for i, (p, full) in enumerate(periods)
                                if full and decode and p > 1.5 * statistics.median(decode)][:20],
            "send_us_per_step": sent["s"] / sent["n"] * 1e6 if sent["n"] else None, **host.per_step(),
            "rank0_gc": pauses.summary(), "rank0_gc_pauses_over_2ms": pauses.long}
@@ -666,7 +604,7 @@ def bench_engine(model: str, vocab: int, tp: int, reps: int, sync_reps: int = in
         pids = [p.pid for p in getattr(llm.model_runner, "workers", [])]
         close(llm)
     if pids:
-        out["worker_trace"] = worker_traces(pids)
+        out["worker_trace"] = tp_worker_trace.read(OUT, pids)
     return out
 
 
@@ -986,6 +924,8 @@ if __name__ == "__main__":
     if torch.cuda.device_count() < 2:
         RESULTS["error"] = f"needs 2 GPUs, found {torch.cuda.device_count()}"
     else:
+        if os.environ.get("GPU_TP_WORKER_TRACE", "1") == "1":
+            tp_worker_trace.install(OUT)       # workers log their slow steps and collections to $OUT
         wanted = os.environ.get("GPU_TP_PARTS", DEFAULT_PARTS).split(",")   # e.g. "tp_bench,pd"
         for run in PARTS:
             if run.__name__ in wanted:
