@@ -236,5 +236,24 @@ def test_three_tp2_engines_in_one_process_start_and_stop_cleanly_gpu(tiny_model_
     run_lifecycle(tiny_model_dir, "cuda", timeout=240)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+def test_tp2_on_two_gpus_gives_tp1s_greedy_tokens_gpu(wide_kv_model_dir):
+    """fp32 on two GPUs, async scheduling, CUDA graphs, the one-shot all-reduce: each rank's argmax of its
+    vocabulary slice (the Triton kernel reading a slice whose rows are longer than it, the last one padded)
+    must give the single GPU's greedy tokens."""
+    config = {**CONFIG, "device": "cuda", "async_scheduling": True}
+    prompts = prompts_for(wide_kv_model_dir)
+    params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True)
+    llm = LLM(wide_kv_model_dir, tensor_parallel_size=2, **config)
+    try:
+        assert llm.model_runner.graphs, "the TP=2 engine captured no CUDA graphs"
+        tp2 = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+    finally:
+        llm.model_runner.close()
+    tp1 = [o["token_ids"] for o in LLM(wide_kv_model_dir, **config).generate(prompts, params, use_tqdm=False)]
+    assert tp2 == tp1
+
+
 def test_no_process_left_behind():
     assert multiprocessing.active_children() == []
