@@ -15,11 +15,15 @@ H100s; `gpu_tests,pd,serve` is the second call, about 7 minutes; docs/performanc
   tp_bench     Qwen3-8B shape (random bf16): TP=1, TP=2 (one-shot all-reduce), TP=2 with NCCL's
                (GPU_TP_NCCL_VARIANT=1);
                decode batch 64 and 256 (prompt 128, output 256 tokens, every request at once), three runs
-               each with async scheduling, one with sync; where a decode step's GPU time goes (profiler)
+               each with async scheduling, one with sync; per run the steps before the batch is full, the
+               decode graphs by the GPU's clock, the slow steps; where a decode step's and a prefill step's
+               GPU time goes (profiler)
   small        the same on the Qwen3-0.6B shape, eager TP=1 vs TP=2, and bf16 TP=2 vs TP=1 tokens
   pd           colocated engine vs prefill GPU + decode GPU (Qwen3-8B shape): TTFT, TPOT, throughput, KV transfer
   serve        `inferlab serve` at TP=1 and TP=2 (Qwen3-8B shape), `inferlab bench serve` over request rates
   before       the engine before issue 35 (GPU_TP_OLD: a copy of that tree) at TP=2, sync, graphs: decode batch 64, 256
+
+GPU_TP_WORKER_TRACE=1: the TP workers log their slow steps and garbage collections (scripts/tp_worker_trace.py).
 """
 from __future__ import annotations
 
@@ -924,7 +928,7 @@ if __name__ == "__main__":
     if torch.cuda.device_count() < 2:
         RESULTS["error"] = f"needs 2 GPUs, found {torch.cuda.device_count()}"
     else:
-        if os.environ.get("GPU_TP_WORKER_TRACE", "1") == "1":
+        if os.environ.get("GPU_TP_WORKER_TRACE") == "1":
             tp_worker_trace.install(OUT)       # workers log their slow steps and collections to $OUT
         wanted = os.environ.get("GPU_TP_PARTS", DEFAULT_PARTS).split(",")   # e.g. "tp_bench,pd"
         for run in PARTS:
