@@ -22,9 +22,9 @@
 # | 节 | 分钟 | 预期数字（tiny model，2 核 CPU） |
 # | --- | --- | --- |
 # | 1. 拓扑（TP / PP / DP） | 10 | 表格；第 3 节里 all-reduce 字节数 = 公式（断言，确定） |
-# | 2. Column + row parallel | 15 | 手算结果与整块矩阵相等（断言） |
+# | 2. Column + row parallel | 15 | 手算结果与整块矩阵相等（断言）；2.1 按词表段取的 argmax = 整行 argmax，并列取第 10 列（断言，确定） |
 # | 3. TP=2 引擎 | 10 | CPU 上两个进程（gloo）；tokens 与 TP=1 相同（断言）；TP=2 每步比 TP=1 慢（断言），倍数随机器变；H200 记录：每步 all-reduce 1.8 ms（断言：1–3 ms） |
-# | 3.1 GPU 实测（两张 H100 的记录） | 5 | 8B 形状 TP=2 / TP=1 = 1.41–1.49，6 次都在 1.3–1.6 之间（断言）；all-reduce 占 TP=2 每步约 11%（B=64）/ 15%（B=256）（断言：5–30%）；GEMM、attention 减半（断言：TP=2 不到 TP=1 的 0.6），norm 不减 |
+# | 3.1 GPU 实测（两张 H100 的记录） | 5 | 8B 形状 TP=2 / TP=1 = 1.41–1.49，6 次都在 1.3–1.6 之间（断言）；3.2 末尾：最新记录 1.53（断言：1.45–1.6）；all-reduce 占 TP=2 每步约 11%（B=64）/ 15%（B=256）（断言：5–30%）；GEMM、attention 减半（断言：TP=2 不到 TP=1 的 0.6），norm 不减 |
 # | 4. PD 分离 | 20 | KV 搬运后 token 与单引擎相同、字节数 = blocks × 16 × 512、`cached_blocks` = [0, 2, 2, 2, 2, 2]（断言，确定）；最快的一次传输 < prefill 步的中位数（断言）。传输的中位数和有效带宽随机器负载变（见过 8.7 ms 的中位数），只打印不断言；Qwen3-0.6B 记录算出的临界带宽约 44 GB/s（断言：25–400 GB/s） |
 # | 课堂练习 | 10 | 见答案格子里的断言 |
 
@@ -99,7 +99,8 @@ assert diff < 1e-9
 
 # %% [markdown]
 # 引擎里这些层在 `reference/layers/linear.py`：`ColumnParallelLinear`、`RowParallelLinear`（forward 末尾 all-reduce）、
-# `VocabParallelEmbedding`（每个 rank 查自己那段词表，其它位置填 0，再 all-reduce）、`ParallelLMHead`（all-gather logits）。
+# `VocabParallelEmbedding`（每个 rank 查自己那段词表，其它位置填 0，再 all-reduce）、`ParallelLMHead`（all-gather logits；
+# 全是 greedy 请求时不 gather，见 2.1）。
 #
 # 每个 decode step 的通信量：每层 2 次 all-reduce（o_proj、down_proj），再加 embedding 1 次，
 # 每次 `batch × hidden × 字节数`。下面算 tiny model 和 Qwen3-8B 形状（bf16）的数字。
@@ -117,6 +118,33 @@ for name, layers, hidden, nbytes in [("tiny (fp32)", tiny["num_hidden_layers"], 
                                      ("Qwen3-8B (bf16)", 36, 4096, 2)]:
     calls, total = allreduce_bytes_per_step(layers, hidden, 64, nbytes)
     print(f"{name:16s} batch 64: {calls} 次 all-reduce，共 {total / 2**20:.2f} MiB / step")
+
+# %% [markdown]
+# ### 2.1 LM head：greedy 不需要把 logits gather 回来
+#
+# `ParallelLMHead` 按 **词表** 切：rank r 只有第 r 段词表的 logits。要 sample（temperature > 0、top-k/top-p）就得把整行
+# all-gather 回来，每步 `batch × vocab / N` 个值；但 greedy 只要整行的 argmax，而 **各段最大值里的最大值就是整行最大值**。
+# 于是每个 rank 先取自己那段的 argmax，再只交换每行 **一个 int64**：高 32 位放最大 logit 的 "顺序键"（与浮点大小同序，
+# NaN 最大、-0.0 = +0.0），低 32 位放 `0xFFFFFFFF - 全局列号`。取所有 rank 里最大的那个数，就是 `torch.argmax` 的答案，
+# 连 "并列时取最前的列" 这条规则都对（列号越小，补码越大）。每个 rank 都拿到同一组 token，rank 0 也不必再 broadcast。
+# 引擎里是 `reference/layers/sampler.py` 的 `best_of_slice` / `token_of_best`，下面在 CPU 上直接验证。
+
+# %%
+from reference.layers.sampler import best_of_slice, token_of_best
+
+rows, vocab = 6, 37
+logits = torch.randn(rows, vocab, generator=gen)
+logits[0, 10] = logits[0, 30] = logits[0].max() + 1     # 同一行的最大值出现在两段里：应取第 10 列
+cut = 19                                               # rank 0: 列 [0, 19)，rank 1: 列 [19, 37)
+packed = torch.stack([best_of_slice(logits[:, :cut], 0), best_of_slice(logits[:, cut:], cut)])
+tokens = token_of_best(packed)
+print("按段取 argmax：", tokens.tolist())
+print("整行 argmax：  ", logits.argmax(-1).tolist())
+assert torch.equal(tokens, logits.argmax(-1)) and tokens[0].item() == 10
+
+for name, batch in (("B=64", 64), ("B=256", 256)):
+    gathered = batch * (151936 // 2) * 2          # Qwen3-8B 词表，TP=2，bf16：每个 rank 要收的 logits 字节数
+    print(f"{name}: all-gather logits {gathered / 2**20:.1f} MiB vs 交换 {batch * 8} 字节")
 
 # %% [markdown]
 # ## 3. 真实的 TP=2 引擎
@@ -330,6 +358,23 @@ else:
 # 融合让 TP=2 每步快了 1–3%，离 issue 35 要的 1.6 倍还差得远：剩下的主要是 GPU 上的时间（每步 72 次 all-reduce 约 0.7 ms、
 # 每张卡重复的 elementwise、只有一半列的 GEMM 用不满带宽）。顺带一个教训：issue 35 之前的引擎在两张卡上不仅慢，
 # 跑完还退不出来（`before` 那一行的进程是被杀掉的）——"能干净地退出"本身就是分布式系统的一项功能。
+#
+# 再往后（`docs/performance.md` 的 "calls 1-5"，同样是两张 H100）又做了三件事：2.1 节的 greedy 按词表段取 argmax
+# （LM head 不再 all-gather logits）；TP=1 引擎之后在同一进程里建的 TP=2 引擎，其 torch.compile 过的 SiLU 曾因
+# automatic dynamic shapes 重新编译成"所有维度都是符号"的版本、只跑到一半带宽，现在模型的维度标为静态；
+# decode step 只发 block table 新增的项。下一格读出最后一次（call 5）的比值。
+
+# %%
+GREEDY_DIR = os.path.join(os.pardir, "docs", "results", "2026-11-27", "tp_greedy_tables")
+if os.path.isdir(GREEDY_DIR):
+    with open(os.path.join(GREEDY_DIR, "call5_h100x2.json")) as f:
+        latest = json.load(f)["tp_bench"]
+    for batch in (64, 256):
+        runs = latest["tp2_over_tp1"][f"batch{batch}"]["ratio_per_run"]
+        print(f"B={batch:3d}: TP=2 / TP=1 = {' / '.join(f'{r:.3f}' for r in runs)}")
+        assert all(1.45 < r < 1.6 for r in runs)
+else:
+    print("没有 docs/results/（不是课程仓库）：这些记录见 docs/performance.md")
 
 # %% [markdown]
 # ## 4. Prefill/Decode 分离：把 KV 从一个进程搬到另一个进程
