@@ -144,10 +144,12 @@ def test_cli_takes_tensor_parallel_size_for_demo_bench_and_serve():
 
 
 def test_async_scheduling_under_tp2_gives_tp1s_tokens_greedy_and_seeded(tiny_model_dir):
-    """Rank 0 samples on the device and broadcasts the ids; the worker's next step reads them as inputs."""
+    """Rank 0 samples on the device and broadcasts the ids; the worker's next step reads them as inputs.
+    The seeded requests stop first, so the later steps are all greedy and take the other path (every rank
+    its own argmax), feeding on tokens the broadcast path produced."""
     prompts = prompts_for(tiny_model_dir)
     params = [SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True),
-              SamplingParams(temperature=0.9, top_k=20, seed=11, max_tokens=MAX_NEW, ignore_eos=True)] * 2
+              SamplingParams(temperature=0.9, top_k=20, seed=11, max_tokens=MAX_NEW // 2, ignore_eos=True)] * 2
     llm = LLM(tiny_model_dir, tensor_parallel_size=2, async_scheduling=True, **CONFIG)
     try:
         tp2 = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
