@@ -38,7 +38,8 @@ HEADER_BYTES = 4096          # the pickled header of one message: method name, f
 _LENGTH = struct.Struct("<q")
 
 
-# What a worker's sequences of an all-greedy step carry: they then take the argmax themselves (vocabulary-parallel).
+# What a worker's sequences carry in a step whose sampling rows all take the argmax (`argmax_only` on rank 0):
+# the worker then takes it itself, slice by slice, as rank 0 does.
 GREEDY = SamplingParams(temperature=0.0)
 
 
@@ -49,7 +50,8 @@ class StepSequence:
     A decode step carries one token id, not the whole history; a prefill
     carries the tokens of its chunk (the cached prefix before it reads as
     zeros, which no code on a worker looks at). `sampling_params` is GREEDY
-    in a step where every sequence is greedy, else None: workers never sample.
+    in a step whose sampling rows all take the argmax, else None: workers
+    never sample.
     """
     seq_id: int
     token_ids: list[int]
@@ -152,11 +154,6 @@ def encode(seqs: list, is_prefill: bool, sent: SentTables) -> dict[str, np.ndarr
             "num_scheduled": as_array([seq.num_scheduled_tokens for seq in seqs]),
             "token_counts": as_array(token_counts), "tokens": as_array(tokens),
             "table_starts": as_array(starts), "table_lens": as_array(counts), "tables": as_array(entries)}
-
-
-def all_greedy(seqs: list) -> bool:
-    """Whether every sequence of a step takes the argmax (what `decode` needs to be told)."""
-    return all(seq.sampling_params.greedy for seq in seqs)
 
 
 def decode(arrays: dict[str, np.ndarray], is_prefill: bool, held: HeldTables, greedy: bool = False) -> list[StepSequence]:

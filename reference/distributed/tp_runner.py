@@ -10,9 +10,9 @@ the same block ids, so one block table serves every rank.
 
 Async scheduling works as on one GPU: rank 0 launches step k+1 before it
 reads step k's tokens, whose ids the next step takes straight from the
-device. When every request of a step is greedy, each rank takes the argmax
-of its own vocabulary slice and the ranks exchange one value per row, so
-every rank holds the step's tokens (`ModelRunner._tokens_in_flight`);
+device. When every row that samples in a step takes the argmax, each rank
+takes it over its own vocabulary slice and the ranks exchange one value per
+row, so every rank holds the step's tokens (`ModelRunner._tokens_in_flight`);
 otherwise a worker has no sampler, and rank 0 broadcasts each step's sampled
 ids (one small collective, queued on the GPU like the rest: nobody waits for
 it on the host). Either way the worker feeds them to its next step exactly as
@@ -50,9 +50,9 @@ import reference.parallel_state as parallel_state
 from reference.config import Config
 from reference.distributed import custom_all_reduce
 from reference.distributed.processes import exit_with_parent, start_daemons, stop_processes
-from reference.distributed.step_channel import (HeldTables, SentTables, StepChannel, StepSequence, all_greedy, decode,
-                                                encode, slot_bytes)
-from reference.engine.model_runner import EngineDeadError, InFlightStep, ModelRunner
+from reference.distributed.step_channel import HeldTables, SentTables, StepChannel, StepSequence, decode, encode, slot_bytes
+from reference.engine.model_runner import EngineDeadError, InFlightStep, ModelRunner, sampling_rows
+from reference.layers.sampler import argmax_only
 from reference.engine.sequence import Sequence
 
 __all__ = ["StepSequence", "TensorParallelRunner", "worker_main"]
@@ -144,7 +144,9 @@ class TensorParallelRunner(_TensorParallelShare, ModelRunner):
             self.close()
             raise EngineDeadError(f"tensor-parallel worker {dead[0].name} exited (code {dead[0].exitcode}); "
                                   "the engine is stopped")
-        flags = (is_prefill, has_previous, all_greedy(seqs))
+        # The rows that sample decide how every rank gets the tokens (ModelRunner._tokens_in_flight, run).
+        greedy = argmax_only([seqs[i].sampling_params for i in sampling_rows(seqs)])
+        flags = (is_prefill, has_previous, greedy)
         if not self.channel.send(method, flags, encode(seqs, is_prefill, self._sent_tables), timeout=SEND_TIMEOUT_S):
             self._teardown.broken = True
             self.close()
@@ -179,7 +181,7 @@ class TensorParallelRunner(_TensorParallelShare, ModelRunner):
 
     def _sample_in_flight(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """Sample here, and send the ids to the workers: their next step reads them as inputs.
-        (A step of greedy requests never comes here: every rank takes its argmax, `_tokens_in_flight`.)"""
+        (A step whose rows all take the argmax never comes here: every rank takes it, `_tokens_in_flight`.)"""
         tokens = super()._sample_in_flight(logits, seqs)
         dist.broadcast(tokens, src=0)
         return tokens

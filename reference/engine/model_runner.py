@@ -23,7 +23,7 @@ from reference.parallel_state import agree_on_min, layout_for, tp_rank
 from reference.engine.prefill_graphs import PrefillGraphs, no_gc_while_capturing
 from reference.engine.sequence import Sequence
 from reference.layers.attention import AttentionMetadata, make_backend
-from reference.layers.sampler import check_sampled, sample, sample_on_device, token_logprobs
+from reference.layers.sampler import argmax_only, check_sampled, sample, sample_on_device, token_logprobs
 from reference.models.loader import load_weights
 from reference.models.qwen3 import ElementwiseOps, Qwen3Attention, Qwen3ForCausalLM
 
@@ -415,13 +415,16 @@ class ModelRunner:
     def _tokens_in_flight(self, hidden: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """The next token of each row of `hidden` (one per sequence of `seqs`), left on the device.
 
-        Under tensor parallelism a batch of greedy requests takes its argmax
-        slice by slice (`greedy_tokens`): every rank computes the same tokens,
-        and no rank gathers whole rows of logits or is sent the result. Any
-        other batch gathers the logits and rank 0 samples (`_sample_in_flight`).
-        A worker's sequences say which case a step is (tp_runner.py).
+        Under tensor parallelism, when every row takes the argmax
+        (`argmax_only`), each rank takes it slice by slice (`greedy_tokens`):
+        every rank computes the same tokens, and no rank gathers whole rows of
+        logits or is sent the result. Otherwise the logits are gathered and
+        rank 0 samples (`_sample_in_flight`). Every rank must choose alike, or
+        they wait in different collectives: the choice is made on the rows
+        that sample (`seqs`), and a worker's sequences carry what rank 0 chose
+        (tp_runner.py).
         """
-        if self.tp_size > 1 and all(seq.sampling_params is not None and seq.sampling_params.greedy for seq in seqs):
+        if self.tp_size > 1 and argmax_only([seq.sampling_params for seq in seqs]):
             return self.model.greedy_tokens(hidden)
         return self._sample_in_flight(self.model.compute_logits(hidden), seqs)
 
@@ -471,10 +474,18 @@ class ModelRunner:
             hidden = hidden[last]
         if len(rows) < len(seqs):
             hidden = hidden[torch.tensor(rows, device=hidden.device)]
+        params = [seqs[i].sampling_params for i in rows]
+        if self.tp_size > 1 and argmax_only(params):     # as in `_tokens_in_flight`: no whole rows needed
+            greedy = self.model.greedy_tokens(hidden)
+            if self.rank != 0:
+                return tokens
+            for i, token in zip(rows, check_sampled(greedy.tolist())):
+                tokens[i] = token
+            return tokens
         logits = self.model.compute_logits(hidden)   # under TP: every rank joins the all-gather
         if self.rank != 0:
             return tokens                            # only rank 0 samples
-        sampled = sample(logits, [seqs[i].sampling_params for i in rows], [seqs[i].generator for i in rows])
+        sampled = sample(logits, params, [seqs[i].generator for i in rows])
         for i, token in zip(rows, sampled):
             tokens[i] = token
         self._record_logprobs(logits, [seqs[i] for i in rows], sampled)

@@ -55,6 +55,12 @@ def sample_row(logits: torch.Tensor, params: SamplingParams, generator: torch.Ge
     return torch.where(valid, torch.argmax(probs / noise), -1)
 
 
+def argmax_only(params: list[SamplingParams | None]) -> bool:
+    """Whether every row takes the argmax and none asks for log-probabilities: then, under tensor
+    parallelism, no rank needs whole rows of logits (`vocab_parallel_greedy_tokens`)."""
+    return all(p is not None and p.greedy and p.logprobs is None for p in params)
+
+
 # `_order_key` of -inf and +inf: a row's best logit is finite exactly when its key lies strictly between.
 NEG_INF_KEY, POS_INF_KEY = -0x7F800001, 0x7F800000
 _INDEX_BITS = 0xFFFFFFFF

@@ -160,6 +160,25 @@ def test_async_scheduling_under_tp2_gives_tp1s_tokens_greedy_and_seeded(tiny_mod
     assert tp2 == tp1
 
 
+def test_tp2_chunked_prefill_mixing_a_sampled_chunk_with_greedy_rows(tiny_model_dir):
+    """A prefill step where the only rows that sample are greedy, beside a sampled request's chunk that stops
+    short of its prompt's end: every rank must choose the same way to get its tokens (here: each rank's own
+    argmax), or the ranks wait in different collectives."""
+    config = {**CONFIG, "max_num_batched_tokens": 48, "enable_chunked_prefill": True, "async_scheduling": True}
+    vocab = json.loads(open(f"{tiny_model_dir}/config.json").read())["vocab_size"]
+    prompts = random_prompts([9, 11, 100], vocab, seed=4)      # step 1: 9 + 11 + the long one's first 28 tokens
+    params = [SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True),
+              SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True),
+              SamplingParams(temperature=0.9, seed=3, max_tokens=MAX_NEW, ignore_eos=True)]
+    llm = LLM(tiny_model_dir, tensor_parallel_size=2, **config)
+    try:
+        tp2 = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+    finally:
+        llm.model_runner.close()
+    tp1 = [o["token_ids"] for o in LLM(tiny_model_dir, **config).generate(prompts, params, use_tqdm=False)]
+    assert tp2 == tp1
+
+
 def test_tp2_under_preemption_gives_tp1s_tokens(tiny_model_dir):
     """A KV pool too small for the batch: sequences are preempted and prefilled again with new block tables,
     which the worker must take whole (a decode step sends it only a table's new entries)."""
@@ -201,7 +220,7 @@ gc.collect()
 llm = start()                                  # 2: a step fails on rank 0 after the workers were sent it
 def broken(*args):
     raise RuntimeError("injected")
-llm.model_runner.model.compute_logits = broken
+llm.model_runner.model.compute_logits = llm.model_runner.model.greedy_tokens = broken   # whichever the step takes
 out = llm.generate([[4, 5, 6]], params, use_tqdm=False)[0]
 assert out["finish_reason"] == "error", out
 try:
