@@ -179,6 +179,25 @@ def test_tp2_chunked_prefill_mixing_a_sampled_chunk_with_greedy_rows(tiny_model_
     assert tp2 == tp1
 
 
+def test_tp2_greedy_request_with_logprobs_gets_them(tiny_model_dir):
+    """Log-probabilities need whole rows of logits: a greedy request that asks for them keeps the all-gather
+    (only an argmax can be taken slice by slice); its tokens and log-probabilities are TP=1's."""
+    prompts = prompts_for(tiny_model_dir)[:2]
+    params = [SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True, logprobs=3),
+              SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True)]
+    llm = LLM(tiny_model_dir, tensor_parallel_size=2, **CONFIG)
+    try:
+        tp2 = llm.generate(prompts, params, use_tqdm=False)
+    finally:
+        llm.model_runner.close()
+    tp1 = LLM(tiny_model_dir, **CONFIG).generate(prompts, params, use_tqdm=False)
+    assert [o["token_ids"] for o in tp2] == [o["token_ids"] for o in tp1]
+    assert len(tp2[0]["logprobs"]) == 5 and "logprobs" not in tp2[1]
+    for mine, theirs in zip(tp2[0]["logprobs"], tp1[0]["logprobs"]):
+        assert mine.logprob == pytest.approx(theirs.logprob, abs=1e-5)
+        assert [i for i, _ in mine.top] == [i for i, _ in theirs.top]
+
+
 def test_tp2_under_preemption_gives_tp1s_tokens(tiny_model_dir):
     """A KV pool too small for the batch: sequences are preempted and prefilled again with new block tables,
     which the worker must take whole (a decode step sends it only a table's new entries)."""
