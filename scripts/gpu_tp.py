@@ -426,11 +426,11 @@ class _HostClock:
             torch.cuda.synchronize()
             graph = [b.elapsed_time(a) for b, a in self.events]
             period = [b0.elapsed_time(b1) for (b0, _), (b1, _) in zip(self.events, self.events[1:])]
+            typical = statistics.median(period)
             out["graph_gpu_ms_median"] = round(statistics.median(graph), 3)
-            out["graph_start_to_start_ms_median"] = round(statistics.median(period), 3)
+            out["graph_start_to_start_ms_median"] = round(typical, 3)
             # the slow ones: (graph index, graph ms, ms from its end to the next start). A long graph waited
             # inside (for the other rank, at an all-reduce); a long gap waited for this host to launch.
-            typical = statistics.median(period)
             out["slow_graphs"] = [(i, round(graph[i], 2), round(a.elapsed_time(b1), 2))
                                   for i, ((_, a), (b1, _)) in enumerate(zip(self.events, self.events[1:]))
                                   if period[i] > 1.5 * typical][:30]
@@ -502,9 +502,10 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
     tokens = sum(len(s.output_token_ids) for s in llm.finished.values())
     llm.finished.clear()
     decode = [p for p, full in periods if full]
+    decode_median = statistics.median(decode) if decode else None
     first_full = next((i for i, (_, full) in enumerate(periods) if full), len(periods))
     out = {"batch": batch, "output_tokens": tokens, "elapsed_s": end - start, "output_tok_per_s": tokens / (end - start),
-           "steps": len(periods), "decode_step_ms_median": statistics.median(decode) * 1e3 if decode else None,
+           "steps": len(periods), "decode_step_ms_median": decode_median * 1e3 if decode else None,
            # where the run's time goes, by the host's clock: the steps before the batch is full (prefills; under
            # async scheduling a step's period ends when it has launched the next one), full steps, the rest
            "before_full_ms": [round(p * 1e3, 2) for p, _ in periods[:first_full]],
@@ -514,7 +515,7 @@ def timed_run(llm, prompts: list[list[int]], output_len: int, profile_steps: int
            # full steps over 1.5 x the median: (step index, ms, monotonic time at its end), the first 20
            # (a stall: a collection, a late worker; tp_worker_trace.py logs the worker's on the same clock)
            "slow_full_steps": [(i, round(p * 1e3, 2), round(ends[i], 4)) for i, (p, full) in enumerate(periods)
-                               if full and decode and p > 1.5 * statistics.median(decode)][:20],
+                               if full and p > 1.5 * decode_median][:20],
            "send_us_per_step": sent["s"] / sent["n"] * 1e6 if sent["n"] else None, **host.per_step(),
            "rank0_gc": pauses.summary(), "rank0_gc_pauses_over_2ms": pauses.long}
     if prof is not None and trace is not None:

@@ -95,7 +95,8 @@ class _HeldTables:
     def __init__(self):
         self.held: dict[int, list[int]] = {}
 
-    def _after_step(self, ids: list[int], is_prefill: bool) -> None:
+    def after_step(self, ids: list[int], is_prefill: bool) -> None:
+        """The rule, applied by both sides after each step: a decode step keeps only its own sequences."""
         if not is_prefill:
             kept = set(ids)
             self.held = {i: t for i, t in self.held.items() if i in kept}
@@ -115,9 +116,8 @@ class SentTables(_HeldTables):
             starts.append(start)
             counts.append(len(table) - start)
             entries += table[start:]
-        for seq in seqs:
-            self.held[seq.seq_id] = len(seq.block_table)
-        self._after_step([seq.seq_id for seq in seqs], is_prefill)
+            self.held[seq.seq_id] = len(table)
+        self.after_step([seq.seq_id for seq in seqs], is_prefill)
         return starts, counts, entries
 
 
@@ -133,9 +133,6 @@ class HeldTables(_HeldTables):
             table = table + entries     # a new list: the previous step's StepSequence keeps its own
             self.held[seq_id] = table
         return table
-
-    def after_step(self, ids: list[int], is_prefill: bool) -> None:
-        self._after_step(ids, is_prefill)
 
 
 def encode(seqs: list, is_prefill: bool, sent: SentTables) -> dict[str, np.ndarray]:

@@ -393,9 +393,13 @@ class ModelRunner:
         that sample (`seqs`), and a worker's sequences carry what rank 0 chose
         (tp_runner.py).
         """
-        if self.tp_size > 1 and argmax_only([seq.sampling_params for seq in seqs]):
+        if self._argmax_by_slice([seq.sampling_params for seq in seqs]):
             return self.model.greedy_tokens(hidden)
         return self._sample_in_flight(self.model.compute_logits(hidden), seqs)
+
+    def _argmax_by_slice(self, params: list) -> bool:
+        """Whether the rows with these sampling params get their tokens slice by slice (tensor parallelism only)."""
+        return self.tp_size > 1 and argmax_only(params)
 
     def _sample_in_flight(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
         """One token per row of `logits`, left on the device (`sample_on_device`).
@@ -444,7 +448,7 @@ class ModelRunner:
         if len(rows) < len(seqs):
             hidden = hidden[torch.tensor(rows, device=hidden.device)]
         params = [seqs[i].sampling_params for i in rows]
-        if self.tp_size > 1 and argmax_only(params):     # as in `_tokens_in_flight`: no whole rows needed
+        if self._argmax_by_slice(params):     # as in `_tokens_in_flight`: no whole rows needed
             greedy = self.model.greedy_tokens(hidden)
             if self.rank != 0:
                 return tokens
