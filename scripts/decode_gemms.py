@@ -165,6 +165,13 @@ def decode_linear(x: torch.Tensor, weight: torch.Tensor, config: GemmConfig, pdl
 
 SHAPES = {"qkv": (4096, 1024), "o": (1024, 2048), "gate_up": (6144, 1024), "down": (1024, 3072)}
 LAYERS = 28
+HIDDEN = 1024
+# (N, K) per projection and the layer count, per model and tensor-parallel rank (each rank's shard).
+MODELS = {
+    "0.6b": (SHAPES, 28, 1024),
+    "8b-tp1": ({"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}, 36, 4096),
+    "8b-tp2": ({"qkv": (3072, 4096), "o": (4096, 2048), "gate_up": (12288, 4096), "down": (4096, 6144)}, 36, 4096),
+}
 BANDWIDTH = 3.0e12   # bytes/s, a device-to-device copy on the H100 (docs/performance.md)
 
 
@@ -220,7 +227,7 @@ def with_library(library: str, fn):
 
 
 def layer_weights() -> dict[str, list[torch.Tensor]]:
-    """28 random weight matrices per projection (a random model of Qwen3-0.6B's GEMM shapes)."""
+    """LAYERS random weight matrices per projection (a random model of the chosen GEMM shapes)."""
     torch.manual_seed(0)
     return {name: [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(LAYERS)]
             for name, (n, k) in SHAPES.items()}
@@ -245,9 +252,15 @@ def sweep(args, weights) -> None:
             row = {"shape": name, "M": m, "N": n, "K": k, "floor_us": floor_us}
             for lib in ("cublas", "cublaslt"):
                 row[lib] = graph_us(with_library(lib, lambda: [F.linear(x, w) for w in ws]), LAYERS)
+            if args.transposed:   # the weight stored [K, N]: x @ W, another kernel choice
+                wts = [w.t().contiguous() for w in ws]
+                row["cublas_kn"] = graph_us(lambda: [torch.mm(x, wt) for wt in wts], LAYERS)
+                row["cublaslt_kn"] = graph_us(with_library("cublaslt", lambda: [torch.mm(x, wt) for wt in wts]),
+                                              LAYERS)
+                del wts
             ref = F.linear(x.float(), ws[0].float())
             sweep = []
-            for cfg in configs_for(m, k):
+            for cfg in (configs_for(m, k) if args.triton else []):
                 if time.time() - t0 > args.budget_s:
                     break
                 try:
@@ -274,7 +287,8 @@ def sweep(args, weights) -> None:
             save()
             tri = row.get("triton", float("nan"))
             print(f"M={m:4d} {name:8s} floor {floor_us:6.1f} us | cublas {row['cublas']:6.1f} "
-                  f"lt {row['cublaslt']:6.1f} triton {tri:6.1f} {row.get('triton_cfg')} "
+                  f"lt {row['cublaslt']:6.1f} kn {row.get('cublas_kn', float('nan')):6.1f} "
+                  f"lt_kn {row.get('cublaslt_kn', float('nan')):6.1f} triton {tri:6.1f} {row.get('triton_cfg')} "
                   f"[{time.time() - t0:.0f}s]", flush=True)
         # A whole step's layer GEMMs: 28 x (qkv, o, gate_up, down), each with its own input width.
         xs = {name: torch.randn(m, k, device=dev, dtype=torch.bfloat16) for name, (n, k) in SHAPES.items()}
@@ -293,13 +307,18 @@ def sweep(args, weights) -> None:
                 "cublas_ms": graph_us(step(False), 1) / 1e3,
                 "cublaslt_ms": graph_us(with_library("cublaslt", step(False)), 1) / 1e3,
                 "triton_ms": graph_us(step(True), 1) / 1e3}
+        if args.transposed:   # the step with every weight stored [K, N]; each projection's copies made in turn
+            for lib in ("cublas", "cublaslt"):
+                srow[f"{lib}_kn_ms"] = graph_us(with_library(lib, step_kn(weights, xs)), 1) / 1e3
         results["steps"].append(srow)
         save()
         print(f"STEP M={m:4d}: floor {floor:.3f} ms | cublas {srow['cublas_ms']:.3f} lt {srow['cublaslt_ms']:.3f} "
-              f"triton {srow['triton_ms']:.3f}", flush=True)
-    lm = torch.randn(151936, 1024, device=dev, dtype=torch.bfloat16) * 0.02
+              f"triton {srow['triton_ms']:.3f} kn {srow.get('cublas_kn_ms', float('nan')):.3f} "
+              f"lt_kn {srow.get('cublaslt_kn_ms', float('nan')):.3f}", flush=True)
+    vocab = 151936 // (2 if args.model.endswith("tp2") else 1)
+    lm = torch.randn(vocab, HIDDEN, device=dev, dtype=torch.bfloat16) * 0.02
     for m in (1, 64, 128, 256):
-        x = torch.randn(m, 1024, device=dev, dtype=torch.bfloat16)
+        x = torch.randn(m, HIDDEN, device=dev, dtype=torch.bfloat16)
         row = {"M": m, "floor_us": lm.numel() * 2 / BANDWIDTH * 1e6}
         for lib in ("cublas", "cublaslt"):
             row[lib] = graph_us(with_library(lib, lambda: F.linear(x, lm)), 1)
@@ -321,6 +340,17 @@ def sweep(args, weights) -> None:
     print("\n| M | lm_head read us | cuBLAS us | cuBLASLt us |")
     for r in results["lm_head"]:
         print(f"| {r['M']} | {r['floor_us']:.1f} | {r['cublas']:.1f} | {r['cublaslt']:.1f} |")
+
+
+def step_kn(weights, xs):
+    """A step's layer GEMMs with each weight stored [K, N] (x @ W), copies made once and kept."""
+    kn = {name: [w.t().contiguous() for w in ws] for name, ws in weights.items()}
+
+    def run():
+        for layer in range(LAYERS):
+            for name in SHAPES:
+                torch.mm(xs[name], kn[name][layer])
+    return run
 
 
 def step_fn(weights, xs, gemm):
@@ -403,7 +433,13 @@ def main() -> None:
     parser.add_argument("--best", help="a sweep's JSON: the Triton configurations the probes use")
     parser.add_argument("--ms", default="256,128,192,64,32,16,8,1")
     parser.add_argument("--budget-s", type=float, default=330.0, help="stop sweeping after this long")
+    parser.add_argument("--model", choices=sorted(MODELS), default="0.6b",
+                        help="the GEMM shapes: Qwen3-0.6B, or one rank's shard of Qwen3-8B at TP=1 or TP=2")
+    parser.add_argument("--no-triton", dest="triton", action="store_false", help="time cuBLAS only")
+    parser.add_argument("--transposed", action="store_true", help="also time weights stored [K, N] (x @ W)")
     args = parser.parse_args()
+    global SHAPES, LAYERS, HIDDEN
+    SHAPES, LAYERS, HIDDEN = MODELS[args.model]
     if args.part == "probes" and not args.best:
         parser.error("--part probes needs --best SWEEP_JSON")
     weights = layer_weights()

@@ -144,12 +144,11 @@ def _graph_of(fn, calls: int) -> torch.cuda.CUDAGraph:
 
 def _launch_shape_sweep(custom, x: torch.Tensor, per_graph: int) -> dict:
     """The plain one-shot kernel at several (BLOCK, num_warps), the default (BLOCK, WARPS) among them: µs per call in a graph."""
-    from reference.distributed.custom_all_reduce import FLAG_BYTES
     from reference.kernels.all_reduce import one_shot_all_reduce
     out = {}
     for block, warps in ((2048, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16), (8192, 32)):
         call = lambda: one_shot_all_reduce(x, custom.addrs, custom.epochs, custom.error, custom.rank, custom.world,
-                                           FLAG_BYTES, custom.max_bytes, shape=(block, warps))
+                                           custom.flag_bytes, custom.max_bytes, shape=(block, warps))
         graph = _graph_of(call, per_graph)
         out[f"{block}x{warps}"] = round(_time_cuda(graph.replay, 10) * 1e3 / per_graph, 2)
         del graph
@@ -176,6 +175,116 @@ def _fused_norm_probe(custom, tokens: int, hidden: int, per_graph: int) -> tuple
     return round(us, 2), {"stream_equal": bool(torch.equal(stream, r2)),
                           "normed_equal_fraction": float((normed == want).float().mean()),
                           "normed_max_abs_diff": float((normed.float() - want.float()).abs().max())}
+
+
+def _grid_sweep(rank: int, control, hidden: int, per_graph: int) -> dict:
+    """Both one-shot kernels on grids of 1, 2 and 4 programs per SM (128 is the engine's): µs per call in a graph
+    of `per_graph`, plain at several (BLOCK, warps), fused norm at several warps; each grid's plain sum
+    checked against NCCL's."""
+    import torch.distributed as dist
+    from reference.distributed.custom_all_reduce import OneShotAllReduce
+    from reference.kernels.all_reduce import one_shot_all_reduce, one_shot_all_reduce_norm
+    sms = torch.cuda.get_device_properties(rank).multi_processor_count
+    out: dict = {}
+    for programs in (128, 2 * sms, 4 * sms):
+        custom = OneShotAllReduce(rank, 2, torch.bfloat16, 256 * hidden * 2, control, programs=programs)
+        args = (custom.addrs, custom.epochs, custom.error, rank, 2, custom.flag_bytes, custom.max_bytes)
+        spins = 1 << 20     # a grid that cannot be resident at once gives up in ~1 s, and fails the check
+        row: dict = {}
+        for tokens in (64, 256):
+            x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+            residual = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+            weight = (torch.rand(hidden, device="cuda") + 0.5).to(torch.bfloat16)
+            per_sm = -(-programs // sms)
+
+            def timed(name: str, call) -> None:   # a config that gave up waiting is marked, and the flag cleared
+                graph = _graph_of(call, per_graph)
+                us = round(_time_cuda(graph.replay, 10) * 1e3 / per_graph, 2)
+                del graph
+                torch.cuda.synchronize()
+                gave_up = int(custom.error.item())
+                custom.error.zero_()
+                row[name] = us if not gave_up else f"gave up ({us})"
+            for block, warps in ((2048, 8), (2048, 4), (1024, 4)):
+                if warps * per_sm <= 16:      # every program resident at once (a waiting one holds its slot)
+                    timed(f"t{tokens}_plain_{block}x{warps}",
+                          lambda: one_shot_all_reduce(x, *args, max_spins=spins, shape=(block, warps)))
+            for warps in (16, 8, 4):
+                if warps * per_sm <= 16:
+                    timed(f"t{tokens}_norm_w{warps}",
+                          lambda: one_shot_all_reduce_norm(x, residual, weight, 1e-6, *args, max_spins=spins,
+                                                           warps=warps))
+            # check: the plain sum against NCCL's on this grid
+            y = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
+            z = y.clone()
+            dist.all_reduce(y)
+            one_shot_all_reduce(z, *args, max_spins=spins)
+            row[f"t{tokens}_plain_equals_nccl"] = bool(torch.equal(y, z))
+        torch.cuda.synchronize()
+        row["error_flag"] = int(custom.error.item())
+        out[str(programs)] = row
+        log(f"all-reduce grid {programs} (rank {rank}): {row}")
+        dist.barrier(group=control)
+        custom.close()
+    return out
+
+
+def _prefetch_probe(custom, sizes_mb=(0, 8, 16, 24, 32, 48), modes=("bulk", "line", "load")) -> dict:
+    """A decode step's GEMMs and all-reduces at TP=2 (8B shard shapes, 36 layers, distinct weights; no
+    attention), in one CUDA graph, with the next GEMM's weight prefetched into L2 during each all-reduce
+    (`prefetch_to_l2`, on a side stream joined after the all-reduce): ms per step by mode and MB."""
+    import torch.nn.functional as F
+    from l2_prefetch import prefetch_to_l2   # this script's directory is sys.path[0]
+    hidden, inter, layers = QWEN3_8B["hidden_size"], QWEN3_8B["intermediate_size"] // 2, QWEN3_8B["num_hidden_layers"]
+    q_out, attn = (32 + 2 * 8) * 128 // 2, 32 * 128 // 2
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    w = [{"qkv": torch.randn(q_out, hidden, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02,
+          "o": torch.randn(hidden, attn, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02,
+          "gate_up": torch.randn(2 * inter, hidden, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02,
+          "down": torch.randn(hidden, inter, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02}
+         for _ in range(layers)]
+    norm_w = torch.ones(hidden, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    out: dict = {}
+    for tokens in (64, 256):
+        x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+        att = torch.randn(tokens, attn, device="cuda", dtype=torch.bfloat16)
+        resid = torch.zeros(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+
+        def all_reduce(y, nxt, mb, mode):
+            if mb:
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    prefetch_to_l2(nxt, mb << 20, mode)
+            _, normed = custom.add_norm(y, resid, norm_w, 1e-6)
+            if mb:
+                torch.cuda.current_stream().wait_stream(side)
+            return normed
+
+        for mode in modes:
+            for mb in sizes_mb:
+                if mb == 0 and mode != modes[0]:
+                    continue
+
+                def step():
+                    h = x
+                    for i, lw in enumerate(w):
+                        F.linear(h, lw["qkv"])
+                        h = all_reduce(F.linear(att, lw["o"]), lw["gate_up"], mb, mode)
+                        gu = F.linear(h, lw["gate_up"])
+                        act = F.silu(gu[:, :inter]) * gu[:, inter:]
+                        h = all_reduce(F.linear(act, lw["down"]), w[(i + 1) % layers]["qkv"], mb, mode)
+                try:
+                    graph = _graph_of(step, 1)
+                    ms = [_time_cuda(graph.replay, 10) for _ in range(3)]
+                    del graph
+                    out[f"t{tokens}_{mode}_{mb}MB"] = round(statistics.median(ms), 4)
+                except Exception as exc:   # a mode that does not compile here is recorded, not fatal
+                    out[f"t{tokens}_{mode}_{mb}MB"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                log(f"prefetch probe t{tokens} {mode} {mb} MB: {out[f't{tokens}_{mode}_{mb}MB']}")
+    torch.cuda.synchronize()
+    out["error_flag"] = int(custom.error.item())
+    return out
 
 
 def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
@@ -226,6 +335,9 @@ def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
         rows[tokens] = row
     out = {"by_tokens": rows, "custom_available": custom is not None,
            "custom_error_flag": int(custom.error.item()) if custom is not None else None}
+    if custom is not None and os.environ.get("GPU_TP_AR_PROBES", "1") == "1":
+        out["grid_sweep"] = _grid_sweep(rank, control, hidden, per_graph)
+        out["prefetch"] = _prefetch_probe(custom)
     # The link: a plain copy GPU 0 -> GPU 1 (peer to peer), and NCCL send/recv, 256 MiB.
     big = torch.empty(128 * 2**20, dtype=torch.bfloat16, device="cuda")
     if rank == 0:

@@ -173,15 +173,18 @@ def one_shot_all_reduce(x: torch.Tensor, addrs: torch.Tensor, epochs: torch.Tens
 
 def one_shot_all_reduce_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
                              addrs: torch.Tensor, epochs: torch.Tensor, error: torch.Tensor, rank: int, world: int,
-                             flag_bytes: int, max_bytes: int,
-                             max_spins: int = MAX_SPINS) -> tuple[torch.Tensor, torch.Tensor]:
+                             flag_bytes: int, max_bytes: int, max_spins: int = MAX_SPINS,
+                             warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(stream, normed): stream = residual + sum of x over the ranks (written into residual),
-    normed = rms_norm(stream) * weight, for x and residual of [rows, hidden]."""
+    normed = rms_norm(stream) * weight, for x and residual of [rows, hidden].
+
+    `warps`: by default ~8 values of a row per thread, 4 to 16 warps (a probe may try others).
+    """
     hidden = x.shape[-1]
     block = triton.next_power_of_2(hidden)
     normed = torch.empty_like(x)
     _one_shot_all_reduce_norm_kernel[(epochs.numel(),)](
         x, residual, normed, weight, eps, x.numel(), addrs, epochs, error, rank, flag_bytes,
         max_bytes // x.element_size(), HIDDEN=hidden, WORLD=world, BLOCK=block, MAX_SPINS=max_spins,
-        num_warps=max(4, min(16, block // 256)))   # ~8 values of a row per thread, 4 to 16 warps
+        num_warps=warps or max(4, min(16, block // 256)))
     return residual, normed

@@ -29,8 +29,12 @@ import torch
 import torch.distributed as dist
 
 MAX_PROGRAMS = 128
-FLAG_BYTES = 8 * MAX_PROGRAMS * 4     # flags[source rank][program], int32, for up to 8 ranks
 IPC_LAZY_ENABLE_PEER_ACCESS = 1
+
+
+def flag_bytes(programs: int) -> int:
+    """The flags' area at a buffer's start: flags[source rank][program], int32, for up to 8 ranks (256-aligned)."""
+    return -(-8 * programs * 4 // 256) * 256
 
 
 class _IpcHandle(ctypes.Structure):
@@ -100,21 +104,27 @@ def usable(world: int) -> bool:
 class OneShotAllReduce:
     """This rank's side of the one-shot all-reduce; collective to build (every rank at once)."""
 
-    def __init__(self, rank: int, world: int, dtype: torch.dtype, max_bytes: int, group):
+    def __init__(self, rank: int, world: int, dtype: torch.dtype, max_bytes: int, group,
+                 programs: int | None = None):
+        """`programs`: the grid of every call; by default one program per SM, at most MAX_PROGRAMS. A probe may
+        ask for more, as long as all of them fit on the GPU at once (a program that waits holds its SM)."""
         from student_exercises.kernels.all_reduce import buffer_bytes, one_shot_all_reduce, one_shot_all_reduce_norm
         self._kernel, self._norm_kernel = one_shot_all_reduce, one_shot_all_reduce_norm
         self.rank, self.world, self.dtype = rank, world, dtype
         self.max_bytes = -(-max_bytes // 256) * 256
         self.driver = _Driver()
         torch.cuda.synchronize()
-        self.own = self.driver.alloc(buffer_bytes(world, self.max_bytes, FLAG_BYTES))
-        mine = (self.driver.export(self.own), torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        self.flag_bytes = flag_bytes(programs or MAX_PROGRAMS)   # the same on every rank: it places the slots
+        programs = programs or min(MAX_PROGRAMS, sms)
+        self.own = self.driver.alloc(buffer_bytes(world, self.max_bytes, self.flag_bytes))
+        mine = (self.driver.export(self.own), programs)
         everyone: list = [None] * world
         dist.all_gather_object(everyone, mine, group=group)
         self.opened = [self.driver.open(h) for r, (h, _) in enumerate(everyone) if r != rank]
         peers = iter(self.opened)
         addrs = [self.own if r == rank else next(peers) for r in range(world)]
-        programs = min(MAX_PROGRAMS, *(sms for _, sms in everyone))    # the same grid on every rank
+        programs = min(grid for _, grid in everyone)    # the same grid on every rank
         device = torch.device("cuda", torch.cuda.current_device())
         self.addrs = torch.tensor(addrs, dtype=torch.int64, device=device)
         self.epochs = torch.zeros(programs, dtype=torch.int32, device=device)
@@ -127,7 +137,7 @@ class OneShotAllReduce:
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """Sum of x over the ranks, in place; with `residual`, residual + that sum, written into residual."""
-        return self._kernel(x, self.addrs, self.epochs, self.error, self.rank, self.world, FLAG_BYTES,
+        return self._kernel(x, self.addrs, self.epochs, self.error, self.rank, self.world, self.flag_bytes,
                             self.max_bytes, residual=residual)
 
     def add_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -137,7 +147,7 @@ class OneShotAllReduce:
         The caller checks `fits(x, residual)` and that x has rows of weight's length.
         """
         return self._norm_kernel(x, residual, weight, eps, self.addrs, self.epochs, self.error, self.rank,
-                                 self.world, FLAG_BYTES, self.max_bytes)
+                                 self.world, self.flag_bytes, self.max_bytes)
 
     def close(self) -> None:
         """Unmap the peers' buffers and free ours (the device must be idle: no kernel may still read them)."""
