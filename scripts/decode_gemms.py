@@ -260,7 +260,7 @@ def sweep(args, weights) -> None:
                 del wts
             ref = F.linear(x.float(), ws[0].float())
             sweep = []
-            for cfg in (configs_for(m, k) if args.triton else []):
+            for cfg in (configs_for(m, k) if args.triton and name in args.triton_shapes.split(",") else []):
                 if time.time() - t0 > args.budget_s:
                     break
                 try:
@@ -437,6 +437,7 @@ def main() -> None:
                         help="the GEMM shapes: Qwen3-0.6B, or one rank's shard of Qwen3-8B at TP=1 or TP=2")
     parser.add_argument("--no-triton", dest="triton", action="store_false", help="time cuBLAS only")
     parser.add_argument("--transposed", action="store_true", help="also time weights stored [K, N] (x @ W)")
+    parser.add_argument("--triton-shapes", default="qkv,o,gate_up,down", help="the projections the Triton sweep tries")
     args = parser.parse_args()
     global SHAPES, LAYERS, HIDDEN
     SHAPES, LAYERS, HIDDEN = MODELS[args.model]

@@ -24,8 +24,9 @@ interpreter exit. In order: the workers are asked to stop (a message through
 the channel) and exit on their own; what has not exited is killed; this
 rank's CUDA graphs are dropped; then the process group is left. The order
 matters: NCCL will not destroy a communicator while a CUDA graph that
-captured one of its collectives exists, so leaving the group with the decode
-graphs alive hung the process at exit (issue 35). When a worker died, or rank
+captured one of its collectives exists (a prefill graph's pieces all-reduce
+through NCCL), so leaving the group with graphs alive hung the process at
+exit (issue 35). When a worker died, or rank
 0 failed in the middle of a step (Ctrl-C included), a worker may sit inside a
 collective forever: then the workers are killed without a message and the
 group is aborted instead of destroyed. Workers ignore Ctrl-C (a terminal
@@ -81,7 +82,7 @@ class _Teardown:
 
     def __init__(self, workers: list, channel: StepChannel, init_dir: str, device: str):
         self.workers, self.channel, self.init_dir, self.device = workers, channel, init_dir, device
-        self.graphs: dict = {}
+        self.graph_sets: list[dict] = []    # the runner's CUDA graphs (`ModelRunner.graph_sets`)
         self.broken = False     # a step failed halfway: workers may be inside a collective
         self.done = False
 
@@ -94,7 +95,8 @@ class _Teardown:
                 proc.join(STOP_TIMEOUT_S)
             graceful = all(proc.exitcode == 0 for proc in self.workers)
         stop_processes(self.workers)
-        self.graphs.clear()           # before the group: NCCL waits for graphs that captured its collectives
+        for graphs in self.graph_sets:   # before the group: NCCL waits for graphs that captured its collectives
+            graphs.clear()
         try:
             if graceful and self.device == "cuda":
                 torch.cuda.synchronize()
@@ -126,10 +128,10 @@ class TensorParallelRunner(_TensorParallelShare, ModelRunner):
         try:
             parallel_state.init_tensor_parallel(0, world, config.device, init_file)
             super().__init__(config)
-            self._teardown.graphs = self.graphs
+            self._teardown.graph_sets = self.graph_sets()
         except BaseException:
             self._teardown.broken = True
-            self._teardown.graphs = getattr(self, "graphs", {})
+            self._teardown.graph_sets = self.graph_sets()
             self._finalizer()
             raise
 
@@ -220,7 +222,8 @@ class WorkerRunner(_TensorParallelShare, ModelRunner):
 
     def leave(self) -> None:
         """Drop the graphs, then leave the group (the order NCCL needs)."""
-        self.graphs.clear()
+        for graphs in self.graph_sets():
+            graphs.clear()
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         parallel_state.destroy_tensor_parallel()

@@ -135,17 +135,17 @@ class ModelRunner:
         for attn in self.attention_layers:
             attn.backend = self.backend
         graphs = self.device.type == "cuda" and not config.enforce_eager and self.backend.name != "torch"
+        self._prepare_collectives()   # before any capture: a graph replays the all-reduce it captured
         # Before the KV cache is sized: the graphs' memory pool is then already counted as in use.
         self.prefill_graphs: PrefillGraphs | None = None
-        if graphs and self.tp_size == 1:   # (under TP a piece would all-reduce inside a graph: not done here)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        if graphs:
             self.prefill_graphs = PrefillGraphs(self.model.model, config.max_num_batched_tokens)
             self.prefill_graphs.capture()
         # Under TP every rank sizes its pool; all take the smallest, so one block table fits all.
         self.num_kvcache_blocks = agree_on_min(config.num_kvcache_blocks or self._blocks_that_fit(), self.device,
                                                self.tp_size)
         self.kv_cache = self._allocate_kv_cache(self.num_kvcache_blocks)
-        self._prepare_collectives()
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         if graphs:
             self._capture_decode_graphs()
         if self.device.type == "cuda":
@@ -155,9 +155,20 @@ class ModelRunner:
         """Set up what this rank's all-reduces need before graphs capture them (tensor parallelism only).
 
         A no-op here; the tensor-parallel runners (reference/distributed/tp_runner.py)
-        set up the one-shot all-reduce. Every rank reaches this point at once:
-        `agree_on_min` above is a collective each rank waits for.
+        set up the one-shot all-reduce, a collective every rank reaches after
+        loading its shard.
         """
+
+    def graph_sets(self) -> list[dict]:
+        """The dicts holding this runner's CUDA graphs, decode and prefill, as far as it got building them.
+
+        Under tensor parallelism a graph may have captured an NCCL collective,
+        and NCCL will not leave the group while such a graph exists: whoever
+        tears the group down empties these first (tp_runner.py).
+        """
+        prefill = getattr(self, "prefill_graphs", None)
+        sets = [getattr(self, "graphs", None), prefill.graphs if prefill is not None else None]
+        return [graphs for graphs in sets if graphs is not None]
 
     # -- KV cache ------------------------------------------------------------
     def _bytes_per_block(self) -> int:

@@ -119,6 +119,7 @@ class PrefillGraphs:
                 pieces = self._pieces(bucket)
                 for piece in pieces:    # warm-up, eagerly: compiled ops and cuBLAS set up outside the capture
                     piece()
+                torch.cuda.synchronize()   # the warm-up's collectives done before a capture starts (under TP)
                 graphs = []
                 for piece in pieces:
                     graph = torch.cuda.CUDAGraph()

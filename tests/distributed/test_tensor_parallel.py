@@ -272,7 +272,8 @@ def test_three_tp2_engines_in_one_process_start_and_stop_cleanly_cpu(tiny_model_
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_three_tp2_engines_in_one_process_start_and_stop_cleanly_gpu(tiny_model_dir):
-    """NCCL with CUDA graphs: leaving the group with the decode graphs alive hung the exit (issue 35)."""
+    """NCCL with CUDA graphs: leaving the group with graphs alive hung the exit (issue 35). With max_num_seqs 4
+    the prefill graphs' pieces all-reduce through NCCL (their buckets exceed the one-shot buffer's 4 rows)."""
     run_lifecycle(tiny_model_dir, "cuda", timeout=240)
 
 
@@ -281,18 +282,42 @@ def test_three_tp2_engines_in_one_process_start_and_stop_cleanly_gpu(tiny_model_
 def test_tp2_on_two_gpus_gives_tp1s_greedy_tokens_gpu(wide_kv_model_dir):
     """fp32 on two GPUs, async scheduling, CUDA graphs, the one-shot all-reduce: each rank's argmax of its
     vocabulary slice (the Triton kernel reading a slice whose rows are longer than it, the last one padded)
-    must give the single GPU's greedy tokens."""
-    config = {**CONFIG, "device": "cuda", "async_scheduling": True}
+    must give the single GPU's greedy tokens. With max_num_seqs 4 a decode step all-reduces through the
+    one-shot kernel and a prefill step (bucket 64) through NCCL captured in the prefill graphs' pieces."""
+    config = {**CONFIG, "device": "cuda", "async_scheduling": True, "max_num_seqs": 4}
     prompts = prompts_for(wide_kv_model_dir)
     params = SamplingParams(temperature=0.0, max_tokens=MAX_NEW, ignore_eos=True)
     llm = LLM(wide_kv_model_dir, tensor_parallel_size=2, **config)
     try:
-        assert llm.model_runner.graphs, "the TP=2 engine captured no CUDA graphs"
+        assert llm.model_runner.graphs, "the TP=2 engine captured no decode graphs"
+        assert llm.model_runner.prefill_graphs is not None, "the TP=2 engine captured no prefill graphs"
         tp2 = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
     finally:
         llm.model_runner.close()
     tp1 = [o["token_ids"] for o in LLM(wide_kv_model_dir, **config).generate(prompts, params, use_tqdm=False)]
     assert tp2 == tp1
+
+
+def test_teardown_drops_decode_and_prefill_graphs_before_leaving_the_group(monkeypatch, tmp_path):
+    """NCCL will not destroy a communicator while a graph that captured one of its collectives lives (the
+    exit hang of issue 35): every graph the runner holds (`ModelRunner.graph_sets`: decode, and prefill,
+    whose pieces all-reduce through NCCL) must be gone when the group is left."""
+    from types import SimpleNamespace
+    from reference.distributed import tp_runner
+    from reference.engine.model_runner import ModelRunner
+    runner = ModelRunner.__new__(ModelRunner)
+    assert runner.graph_sets() == [], "a runner that failed before building anything holds no graphs"
+    runner.graphs = {4: "a decode graph"}
+    runner.prefill_graphs = SimpleNamespace(graphs={64: ["a prefill piece"]})
+    at_destroy = []
+    monkeypatch.setattr(tp_runner.parallel_state, "destroy_tensor_parallel",
+                        lambda abort=False: at_destroy.append([dict(graphs) for graphs in runner.graph_sets()]))
+    teardown = tp_runner._Teardown([], SimpleNamespace(send=lambda *a, **k: True, close=lambda: None),
+                                   str(tmp_path), "cpu")
+    teardown.graph_sets = runner.graph_sets()
+    teardown()
+    assert at_destroy == [[{}, {}]], f"graphs still held when the group was left: {at_destroy}"
+    assert teardown.done
 
 
 def test_no_process_left_behind():
