@@ -9,9 +9,11 @@ H100s; `gpu_tests,pd,serve` is the second call, about 7 minutes; docs/performanc
   env          GPUs, how they are linked, peer access, versions, the NVLink multicast variables
   allreduce    one all-reduce of a decode step's activations: NCCL eager / in a CUDA graph, the one-shot
                all-reduce eager / in a graph (results checked against NCCL's); the GPU-to-GPU copy and
-               NCCL send/recv bandwidth; step inputs as pickles over gloo vs the shared-memory channel
+               NCCL send/recv bandwidth; step inputs as pickles over gloo vs the shared-memory channel;
+               unless GPU_TP_AR_PROBES=0, the one-shot kernels on other grids and warps, and a decode
+               step's GEMMs and all-reduces with the next weight prefetched into L2 (scripts/l2_prefetch.py)
   gpu_tests    the gpu-marked tests of tests/distributed (the one-shot all-reduce; three TP=2 engines made
-               and dropped in one process under a timeout; P/D on the GPU)
+               and dropped in one process under a timeout; TP=2 against TP=1 tokens in fp32; P/D on the GPU)
   tp_bench     Qwen3-8B shape (random bf16): TP=1, TP=2 (one-shot all-reduce), TP=2 with NCCL's
                (GPU_TP_NCCL_VARIANT=1);
                decode batch 64 and 256 (prompt 128, output 256 tokens, every request at once), three runs

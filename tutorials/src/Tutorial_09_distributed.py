@@ -377,6 +377,49 @@ else:
     print("没有 docs/results/（不是课程仓库）：这些记录见 docs/performance.md")
 
 # %% [markdown]
+# 1.53 之后又试了几样（`docs/performance.md` 的 "fourth stop's calls 1-6"），都没能再往上推：all-reduce 换更多的 program、
+# 在 all-reduce 等待的那几微秒里把下一个 GEMM 的权重预取进 L2、NCCL 换 Simple 协议、GEMM 换 cuBLASLt 或转置的权重布局。
+# 原因可以用 Amdahl 定律再说一遍，只是这回"不能并行的部分"换成了 **每个 kernel 的固定开销**：
+#
+# - 每步 144 个 GEMM，TP=2 时每个只有一半大，但 launch、第一次访存的延迟、收尾这些固定成本一分不少。
+#   单卡 H100 上量（`scripts/decode_gemms.py --model 8b-tp2`）：batch 64 时一步的 GEMM 2.90 ms，而 TP=1 的一半是 2.72 ms。
+# - 72 次 all-reduce，一次最少约 5 µs（1 个 token 时），引擎里约 10 µs，合计约 0.7 ms。
+#
+# 所以 **GPU 越快，TP=2 越不划算**：H200 的显存带宽比 H100 高，GEMM 变短了，all-reduce 和固定开销却没变，
+# batch 64 时的比值反而更低。下一格读出这一轮在两种机器上各跑 3 次的记录（比值只在同一台机器内比较）。
+#
+# 同一份记录里还有 0.6B 形状的一课：之前 TP 下的 prefill 不走 CUDA graph，8192 个 token 的一步要从 Python 发几百个 kernel，
+# rank 0 发 kernel 的速度赶不上 GPU 算的速度，GPU 大部分时间在等。现在 TP 下 prefill 也按 token bucket 捕获成 graph
+# （piece 里的 all-reduce 一起被捕获：小 bucket 用 one-shot，大 bucket 用 NCCL），退出时先丢掉所有 graph 再离开进程组。
+
+# %%
+PROBE_DIR = os.path.join(os.pardir, "docs", "results", "2026-11-27", "tp_probes")
+if os.path.isdir(PROBE_DIR):
+    by_gpu = {}
+    for name, gpu in (("call6_tp_bench_small_h100x2.json", "2 x H100"), ("call5_tp_bench_small_h200x2.json", "2 x H200")):
+        with open(os.path.join(PROBE_DIR, name)) as f:
+            by_gpu[gpu] = json.load(f)
+    ratio = {gpu: {b: r["tp_bench"]["tp2_over_tp1"][f"batch{b}"] for b in (64, 256)} for gpu, r in by_gpu.items()}
+    for gpu, per_batch in ratio.items():
+        print(f"{gpu}: Qwen3-8B TP=2 / TP=1 = " + "; ".join(
+            f"B={b}: {' / '.join(f'{x:.3f}' for x in per_batch[b]['ratio_per_run'])}" for b in (64, 256)))
+    median = lambda gpu, b: ratio[gpu][b]["ratio_of_medians"]
+    assert median("2 x H200", 64) < median("2 x H100", 64)      # 更快的显存：GEMM 变短，all-reduce 不变
+    assert median("2 x H200", 64) < median("2 x H200", 256)     # batch 越大，固定开销摊得越薄
+    # 0.6B 形状，profile 的那一个 prefill step 里 GPU 空等的时间（同一台机器上 TP=1 和 TP=2 比）
+    for gpu, prefill in (("2 x H200", "eager"), ("2 x H100", "graphs")):
+        idle = {tp: by_gpu[gpu]["small"][tp]["profile_prefill_batch64"]["gpu_idle"]["idle_ms_per_step"]
+                for tp in ("tp1", "tp2")}
+        print(f"{gpu}, 0.6B prefill step, TP=2 prefill {prefill}: GPU idle {idle['tp1']:.1f} ms at TP=1, "
+              f"{idle['tp2']:.1f} ms at TP=2")
+        if prefill == "eager":
+            assert idle["tp2"] > 10 * idle["tp1"]
+        else:
+            assert idle["tp2"] < 2 * idle["tp1"]
+else:
+    print("没有 docs/results/（不是课程仓库）：这些记录见 docs/performance.md")
+
+# %% [markdown]
 # ## 4. Prefill/Decode 分离：把 KV 从一个进程搬到另一个进程
 #
 # 架构笔记里的设计：prefill 集群（算力密集）和 decode 集群（带宽密集、延迟敏感）分开部署，KV cache 在两者之间传递。
