@@ -21,7 +21,7 @@
 # | 1. Workload | 5 | prompt / 输出长度分布是确定的（固定种子） |
 # | 2. 容量 | 5 | 离线吞吐随机器变 |
 # | 3. 在线测试 | 15 | 客户端 TTFT ≥ 引擎 TTFT，32 个请求全部完成（断言） |
-# | 4. Goodput | 15 | 最低负载 TTFT p50 < SLO；最高负载 TTFT p90 > 3 × 最低负载；served < offered 的一半；满足 SLO 的比例最高负载 < 最好负载；goodput 的最大值不在最高负载（断言）。goodput 不单调，别说 "在拐点处单调下降" |
+# | 4. Goodput | 15 | 最低负载 TTFT p50 < SLO；最高负载 TTFT p90 > 3 × 最低负载的 p50；served < offered 的一半；满足 SLO 的比例最高负载 < 最好负载；goodput 的最大值不在最高负载（断言）。goodput 不单调，别说 "在拐点处单调下降" |
 # | 4b. HTTP 服务 | 10 | 24 个请求全部完成（断言）；H100 记录：goodput 在 16 req/s 最高，之后 < 70% 峰值，TPOT p99 在 16 → 32 之间越过 50 ms（断言，确定） |
 # | 5. 公平比较 | 10 | 比值的中位数随机器变 |
 # | 课堂练习 | 15 | 见答案格子里的断言 |
@@ -215,13 +215,13 @@ served = [len(r["tpot"]) / r["wall_s"] for r in runs]
 met = [goodput(r)[1] for r in runs]
 good = [goodput(r)[0] for r in runs]
 print(f"lowest load: TTFT p50 {p50_low * 1e3:.1f} ms (SLO {SLO_TTFT * 1e3:.1f} ms = 5x a request alone)")
-print(f"TTFT p90: lowest load {p90[0] * 1e3:.1f} ms -> highest load {p90[-1] * 1e3:.1f} ms ({p90[-1] / p90[0]:.0f}x); "
-      f"p99 {p99[0] * 1e3:.1f} -> {p99[-1] * 1e3:.1f} ms")
+print(f"TTFT p90: lowest load {p90[0] * 1e3:.1f} ms -> highest load {p90[-1] * 1e3:.1f} ms "
+      f"({p90[-1] / p50_low:.0f}x the lowest load's p50); p99 {p99[0] * 1e3:.1f} -> {p99[-1] * 1e3:.1f} ms")
 print(f"highest load: offered {runs[-1]['rate']:.0f} req/s, served {served[-1]:.1f} req/s; "
       f"SLO met by {met[-1]:.0%} (best load: {max(met):.0%})")
 print("goodput by load (req/s):", ", ".join(f"{f}x {g:.1f}" for f, g in zip(loads, good)))
 assert p50_low < SLO_TTFT, "at low load a request waits little more than its own prefill"
-assert p90[-1] > 3 * p90[0], "overload must show in the TTFT tail"
+assert p90[-1] > 3 * p50_low, "overload must show in the TTFT tail"
 assert served[-1] < 0.5 * runs[-1]["rate"], "throughput saturates below the offered load"
 assert met[-1] < max(met), "past the knee a smaller share of requests meets the SLO"
 assert good[-1] < max(good), "goodput is highest below the highest load"
@@ -231,8 +231,9 @@ assert good[-1] < max(good), "goodput is highest below the highest load"
 #
 # - 负载低时，一个请求几乎不等别人：TTFT 的 P50 在 SLO（单独运行时的 5 倍）以内。几个低负载之间的差别只是噪声（CPU 上几毫秒的抖动），
 #   不要解读。
-# - 超过系统真正的容量后，请求开始排队，TTFT 的 **尾部** 先涨：最高负载下 P90 是最低负载的 3 倍以上。断言用 P90 而不是 P99：
-#   32 个样本的 P99 就是最大值，机器偶尔一卡（别的进程抢了核），低负载的 P99 也能到一百多毫秒。
+# - 超过系统真正的容量后，请求开始排队，TTFT 的 **尾部** 先涨：最高负载下 P90 是最低负载 P50 的 3 倍以上。断言用 P90 而不是 P99：
+#   32 个样本的 P99 就是最大值，机器偶尔一卡（别的进程抢了核），低负载的 P99 也能到一百多毫秒。基准用低负载的 P50 而不是 P90
+#   也是同一个道理：机器忙的时候（一台 2 核的机器上同时跑着别的测试），见过低负载的 P90 到 40 ms、P50 仍是 6.6 ms。
 # - 离线测到的 "容量" 只是估计（32 个请求，wall time 里有尾巴），所以负载一直扫到它的 8 倍，拐点在哪里由这次的数据说话。
 # - throughput 到最高负载时不到 offered load 的一半（远低于虚线）：系统 "能干完" 不等于 "干得够快"。
 # - **满足 SLO 的比例** 过了拐点就下降：最高负载下低于最好的那个负载。goodput（每秒满足 SLO 的请求数）是吞吐乘这个比例，
