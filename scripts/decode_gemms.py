@@ -166,11 +166,14 @@ def decode_linear(x: torch.Tensor, weight: torch.Tensor, config: GemmConfig, pdl
 SHAPES = {"qkv": (4096, 1024), "o": (1024, 2048), "gate_up": (6144, 1024), "down": (1024, 3072)}
 LAYERS = 28
 HIDDEN = 1024
-# (N, K) per projection and the layer count, per model and tensor-parallel rank (each rank's shard).
+VOCAB = 151936      # lm_head rows (one rank's share under TP)
+# (N, K) per projection, layers, hidden size and lm_head rows, per model and tensor-parallel rank (its shard).
 MODELS = {
-    "0.6b": (SHAPES, 28, 1024),
-    "8b-tp1": ({"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}, 36, 4096),
-    "8b-tp2": ({"qkv": (3072, 4096), "o": (4096, 2048), "gate_up": (12288, 4096), "down": (4096, 6144)}, 36, 4096),
+    "0.6b": (SHAPES, 28, 1024, 151936),
+    "8b-tp1": ({"qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (24576, 4096), "down": (4096, 12288)}, 36, 4096,
+               151936),
+    "8b-tp2": ({"qkv": (3072, 4096), "o": (4096, 2048), "gate_up": (12288, 4096), "down": (4096, 6144)}, 36, 4096,
+               151936 // 2),
 }
 BANDWIDTH = 3.0e12   # bytes/s, a device-to-device copy on the H100 (docs/performance.md)
 
@@ -244,6 +247,8 @@ def sweep(args, weights) -> None:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1, default=lambda c: c.__dict__)
 
+    # --transposed: every weight also stored [K, N], copied once for the per-GEMM rows and the steps
+    kn = {name: [w.t().contiguous() for w in ws] for name, ws in weights.items()} if args.transposed else None
     for m in ms:
         for name, (n, k) in SHAPES.items():
             ws = weights[name]
@@ -252,12 +257,9 @@ def sweep(args, weights) -> None:
             row = {"shape": name, "M": m, "N": n, "K": k, "floor_us": floor_us}
             for lib in ("cublas", "cublaslt"):
                 row[lib] = graph_us(with_library(lib, lambda: [F.linear(x, w) for w in ws]), LAYERS)
-            if args.transposed:   # the weight stored [K, N]: x @ W, another kernel choice
-                wts = [w.t().contiguous() for w in ws]
-                row["cublas_kn"] = graph_us(lambda: [torch.mm(x, wt) for wt in wts], LAYERS)
-                row["cublaslt_kn"] = graph_us(with_library("cublaslt", lambda: [torch.mm(x, wt) for wt in wts]),
-                                              LAYERS)
-                del wts
+            if kn:   # the weight stored [K, N]: x @ W, another kernel choice
+                for lib in ("cublas", "cublaslt"):
+                    row[f"{lib}_kn"] = graph_us(with_library(lib, lambda: [torch.mm(x, wt) for wt in kn[name]]), LAYERS)
             ref = F.linear(x.float(), ws[0].float())
             sweep = []
             for cfg in (configs_for(m, k) if args.triton and name in args.triton_shapes.split(",") else []):
@@ -307,16 +309,16 @@ def sweep(args, weights) -> None:
                 "cublas_ms": graph_us(step(False), 1) / 1e3,
                 "cublaslt_ms": graph_us(with_library("cublaslt", step(False)), 1) / 1e3,
                 "triton_ms": graph_us(step(True), 1) / 1e3}
-        if args.transposed:   # the step with every weight stored [K, N]; each projection's copies made in turn
+        if kn:   # the step with every weight stored [K, N]
+            kn_step = step_fn(kn, xs, lambda name, x, wt: torch.mm(x, wt))
             for lib in ("cublas", "cublaslt"):
-                srow[f"{lib}_kn_ms"] = graph_us(with_library(lib, step_kn(weights, xs)), 1) / 1e3
+                srow[f"{lib}_kn_ms"] = graph_us(with_library(lib, kn_step), 1) / 1e3
         results["steps"].append(srow)
         save()
         print(f"STEP M={m:4d}: floor {floor:.3f} ms | cublas {srow['cublas_ms']:.3f} lt {srow['cublaslt_ms']:.3f} "
               f"triton {srow['triton_ms']:.3f} kn {srow.get('cublas_kn_ms', float('nan')):.3f} "
               f"lt_kn {srow.get('cublaslt_kn_ms', float('nan')):.3f}", flush=True)
-    vocab = 151936 // (2 if args.model.endswith("tp2") else 1)
-    lm = torch.randn(vocab, HIDDEN, device=dev, dtype=torch.bfloat16) * 0.02
+    lm = torch.randn(VOCAB, HIDDEN, device=dev, dtype=torch.bfloat16) * 0.02
     for m in (1, 64, 128, 256):
         x = torch.randn(m, HIDDEN, device=dev, dtype=torch.bfloat16)
         row = {"M": m, "floor_us": lm.numel() * 2 / BANDWIDTH * 1e6}
@@ -342,19 +344,8 @@ def sweep(args, weights) -> None:
         print(f"| {r['M']} | {r['floor_us']:.1f} | {r['cublas']:.1f} | {r['cublaslt']:.1f} |")
 
 
-def step_kn(weights, xs):
-    """A step's layer GEMMs with each weight stored [K, N] (x @ W), copies made once and kept."""
-    kn = {name: [w.t().contiguous() for w in ws] for name, ws in weights.items()}
-
-    def run():
-        for layer in range(LAYERS):
-            for name in SHAPES:
-                torch.mm(xs[name], kn[name][layer])
-    return run
-
-
 def step_fn(weights, xs, gemm):
-    """28 layers x 4 projections, each through gemm(name, x, weight)."""
+    """LAYERS layers x 4 projections, each through gemm(name, x, weight)."""
     def run():
         for layer in range(LAYERS):
             for name in SHAPES:
@@ -439,8 +430,8 @@ def main() -> None:
     parser.add_argument("--transposed", action="store_true", help="also time weights stored [K, N] (x @ W)")
     parser.add_argument("--triton-shapes", default="qkv,o,gate_up,down", help="the projections the Triton sweep tries")
     args = parser.parse_args()
-    global SHAPES, LAYERS, HIDDEN
-    SHAPES, LAYERS, HIDDEN = MODELS[args.model]
+    global SHAPES, LAYERS, HIDDEN, VOCAB
+    SHAPES, LAYERS, HIDDEN, VOCAB = MODELS[args.model]
     if args.part == "probes" and not args.best:
         parser.error("--part probes needs --best SWEEP_JSON")
     weights = layer_weights()

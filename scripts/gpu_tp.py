@@ -193,11 +193,11 @@ def _grid_sweep(rank: int, control, hidden: int, per_graph: int) -> dict:
         args = (custom.addrs, custom.epochs, custom.error, rank, 2, custom.flag_bytes, custom.max_bytes)
         spins = 1 << 20     # a grid that cannot be resident at once gives up in ~1 s, and fails the check
         row: dict = {}
+        per_sm = -(-programs // sms)
         for tokens in (64, 256):
             x = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
             residual = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
             weight = (torch.rand(hidden, device="cuda") + 0.5).to(torch.bfloat16)
-            per_sm = -(-programs // sms)
 
             def timed(name: str, call) -> None:   # a config that gave up waiting is marked, and the flag cleared
                 graph = _graph_of(call, per_graph)
@@ -237,8 +237,10 @@ def _prefetch_probe(custom, sizes_mb=(0, 8, 16, 24, 32, 48), modes=("bulk", "lin
     (`prefetch_to_l2`, on a side stream joined after the all-reduce): ms per step by mode and MB."""
     import torch.nn.functional as F
     from l2_prefetch import prefetch_to_l2   # this script's directory is sys.path[0]
-    hidden, inter, layers = QWEN3_8B["hidden_size"], QWEN3_8B["intermediate_size"] // 2, QWEN3_8B["num_hidden_layers"]
-    q_out, attn = (32 + 2 * 8) * 128 // 2, 32 * 128 // 2
+    shape, world = QWEN3_8B, 2
+    hidden, inter, layers = shape["hidden_size"], shape["intermediate_size"] // world, shape["num_hidden_layers"]
+    heads, kv_heads = shape["num_attention_heads"] // world, shape["num_key_value_heads"] // world
+    q_out, attn = (heads + 2 * kv_heads) * shape["head_dim"], heads * shape["head_dim"]   # one rank's shard
     gen = torch.Generator(device="cuda").manual_seed(3)
     w = [{"qkv": torch.randn(q_out, hidden, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02,
           "o": torch.randn(hidden, attn, device="cuda", generator=gen, dtype=torch.bfloat16) * 0.02,

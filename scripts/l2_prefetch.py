@@ -1,7 +1,8 @@
 """A probe's kernel: start pulling a weight into the GPU's L2 cache, so the GEMM that reads it next finds part of it there.
 
 Not part of the engine: measured on 2 H200s it made a TP=2 decode step slower, not faster
-(docs/performance.md, "L2 prefetch during the all-reduce"). The idea, for the record:
+(docs/performance.md, the fourth stop's calls 1-6: "Prefetching the next GEMM's weight into L2").
+The idea, for the record:
 
 Why: under tensor parallelism a decode step all-reduces twice per layer,
 and while the one-shot all-reduce runs (reference/kernels/all_reduce.py:
