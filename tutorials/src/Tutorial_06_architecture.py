@@ -933,22 +933,25 @@ assert n_wider < n_rejected and ttft(wider) > ttft(limited)
 # 考虑因素包括硬件环境、性能要求、开发维护成本。下面的真实运行说明为什么 "性能要求" 要先拆成吞吐和延迟两个问题：
 
 # %% [answer]
-def throughput_and_tpot(max_num_seqs, rounds=3):
-    """Best output tok/s and best median TPOT over a few runs of 16 requests."""
-    best_tps, best_tpot = 0.0, float("inf")
+def throughput_and_tpot(max_num_seqs):
+    """Output tok/s and median TPOT of one run of 16 requests."""
     prompts = [prompt(i) for i in range(16)]
     params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
-    for _ in range(rounds):
-        engine = LLM(MODEL, device="auto", max_num_seqs=max_num_seqs, enable_prefix_caching=False)
-        start = time.perf_counter()
-        outs = engine.generate(prompts, params, use_tqdm=False)
-        wall = time.perf_counter() - start
-        best_tps = max(best_tps, sum(len(o["token_ids"]) for o in outs) / wall)
-        best_tpot = min(best_tpot, float(np.median([m.tpot for m in request_metrics(engine.log.events).values()])))
-    return best_tps, best_tpot
+    engine = LLM(MODEL, device="auto", max_num_seqs=max_num_seqs, enable_prefix_caching=False)
+    start = time.perf_counter()
+    outs = engine.generate(prompts, params, use_tqdm=False)
+    wall = time.perf_counter() - start
+    tpot = float(np.median([m.tpot for m in request_metrics(engine.log.events).values()]))
+    return sum(len(o["token_ids"]) for o in outs) / wall, tpot
 
 
-configs = {n: throughput_and_tpot(n) for n in (1, 16)}
+# Three rounds, the two settings taking turns, and the best of each: a slow spell of the machine (another
+# program on the same cores) then slows both settings, not only the one that happened to run during it.
+rounds = {n: [] for n in (1, 16)}
+for _ in range(3):
+    for n, results in rounds.items():
+        results.append(throughput_and_tpot(n))
+configs = {n: (max(tps for tps, _ in results), min(tpot for _, tpot in results)) for n, results in rounds.items()}
 for n, (tps, tpot) in configs.items():
     print(f"max_num_seqs={n:2d}: {tps:7.0f} output tok/s, TPOT p50 {tpot * 1e3:.2f} ms")
 assert configs[16][0] > 3 * configs[1][0], "batching buys throughput"
