@@ -81,6 +81,7 @@ def test_source_has_the_teaching_structure(path):
 
 
 @pytest.mark.slow
+@pytest.mark.timed
 @pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.stem)
 def test_tutorial_executes_on_cpu_and_renders(path, tmp_path, kernel_env):
     """Executed as `inferlab build` executes it; where the PDF tools are, the student PDF is printed and
