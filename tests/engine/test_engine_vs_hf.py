@@ -147,3 +147,35 @@ def test_untied_sharded_checkpoint_loads(tmp_path, device):
     prompts = random_prompts([9, 30], cfg.vocab_size, seed=9)
     got, _ = engine_tokens(str(out), device, prompts)
     assert_same_tokens(str(out), prompts, got)
+
+
+# Qwen3 shapes other than the tiny model's (config fields over its own), each taken as transformers takes it.
+OTHER_SHAPES = {
+    "mha": lambda cfg: {"num_key_value_heads": cfg["num_attention_heads"]},
+    "mqa": lambda cfg: {"num_key_value_heads": 1},
+    "head_wider_than_hidden_over_heads": lambda cfg: {"head_dim": 2 * cfg["hidden_size"] // cfg["num_attention_heads"]},
+    "head_dim_96_three_layers_odd_mlp": lambda cfg: {"head_dim": 96, "num_hidden_layers": 3, "intermediate_size": 100},
+    "larger_vocab": lambda cfg: {"vocab_size": cfg["vocab_size"] + 37},
+    "attention_bias": lambda cfg: {"attention_bias": True},
+}
+
+
+@pytest.mark.parametrize("shape", OTHER_SHAPES)
+def test_other_qwen3_shapes_match_transformers(tmp_path, shape):
+    """The engine reads every dimension from config.json: no head count, head size or layer count is assumed."""
+    import torch
+    import transformers
+    from courseware.tiny_model import make_tiny_model
+    src = make_tiny_model(tmp_path / "tiny", seed=0)
+    fields = transformers.AutoConfig.from_pretrained(src).to_dict()
+    fields.update(OTHER_SHAPES[shape](fields))
+    fields.pop("layer_types", None)          # recomputed from num_hidden_layers
+    cfg = transformers.Qwen3Config(**{k: v for k, v in fields.items() if k not in ("model_type", "transformers_version")})
+    torch.manual_seed(5)
+    out = tmp_path / shape
+    transformers.Qwen3ForCausalLM(cfg).save_pretrained(out)
+    transformers.AutoTokenizer.from_pretrained(src).save_pretrained(out)
+    prompts = random_prompts([1, 16, 17, 40], vocab_size(src), seed=5)
+    got, _ = engine_tokens(str(out), "cpu", prompts)
+    assert len({tuple(t) for t in got}) > 1, "the prompts should give different outputs, or the check says little"
+    assert_same_tokens(str(out), prompts, got)
