@@ -54,6 +54,7 @@ class Config:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ValueError(f"Config.model: cannot read {config_path}: {err}") from None
         self._check_architecture(config_path)
+        self._check_variant(config_path)
 
         self._choice("device", DEVICES)
         self._choice("dtype", tuple(DTYPES))
@@ -130,6 +131,33 @@ class Config:
         named = ", ".join(map(str, architectures)) or f"model_type {model_type!r}"
         raise ValueError(f"Config.model: {config_path} describes {named}, but this engine implements only "
                          f"{SUPPORTED_ARCHITECTURE} (Qwen3)")
+
+    def _check_variant(self, config_path: Path) -> None:
+        """Refuse a Qwen3 config asking for what models/qwen3.py does not implement: another activation,
+        sliding-window attention.
+
+        Such a checkpoint loads tensor by tensor (its weights have the same
+        names and shapes) and then generates other tokens than transformers
+        does, with nothing to say why. Released Qwen3 checkpoints use SiLU and
+        full attention in every layer (`use_sliding_window: false`). RoPE
+        scaling is refused where the model reads it (`models/qwen3.rope_theta`).
+        """
+        cfg = self.hf_config
+        act = cfg.get("hidden_act", "silu")
+        if act != "silu":
+            raise ValueError(f"Config.model: {config_path} sets hidden_act={act!r}, but models/qwen3.py "
+                             "implements only 'silu' (SwiGLU)")
+        layers = int(cfg.get("num_hidden_layers", 0))
+        layer_types = cfg.get("layer_types")
+        if layer_types is not None:     # transformers >= 4.53 writes it; it decides each layer's attention
+            sliding = [i for i, kind in enumerate(layer_types) if kind != "full_attention"]
+        elif cfg.get("use_sliding_window") and cfg.get("sliding_window"):   # older configs: layers from
+            sliding = list(range(int(cfg.get("max_window_layers", layers)), layers))   # max_window_layers on
+        else:
+            sliding = []
+        if sliding:
+            raise ValueError(f"Config.model: {config_path} asks for sliding-window attention in layers {sliding}, "
+                             "but this engine attends to the whole sequence in every layer")
 
     def _choice(self, name: str, allowed: tuple[str, ...]) -> None:
         value = getattr(self, name)

@@ -26,10 +26,10 @@ rank's CUDA graphs are dropped; then the process group is left. The order
 matters: NCCL will not destroy a communicator while a CUDA graph that
 captured one of its collectives exists (a prefill graph's pieces all-reduce
 through NCCL), so leaving the group with graphs alive hung the process at
-exit (issue 35). When a worker died, or rank
-0 failed in the middle of a step (Ctrl-C included), a worker may sit inside a
-collective forever: then the workers are killed without a message and the
-group is aborted instead of destroyed. Workers ignore Ctrl-C (a terminal
+exit (issue 35). When a worker died, or rank 0 failed in the middle of a step
+(Ctrl-C included), a worker may sit inside a collective forever: then the
+workers are killed without a message and the group is aborted instead of
+destroyed. Workers ignore Ctrl-C (a terminal
 sends it to the whole process group): rank 0 decides, and a worker also exits
 by itself when its parent disappears.
 """

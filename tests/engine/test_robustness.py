@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -228,6 +229,33 @@ def test_other_architecture_is_refused(tiny_model_dir, tmp_path):
     edit_json(tmp_path / "m" / "config.json", architectures=["LlamaForCausalLM"], model_type="llama")
     with pytest.raises(ValueError, match="LlamaForCausalLM.*Qwen3"):
         LLM(model_dir, device="cpu")
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ({"layer_types": ["full_attention", "sliding_attention"], "use_sliding_window": True, "sliding_window": 8},
+     r"sliding-window attention in layers \[1\]"),
+    ({"layer_types": None, "use_sliding_window": True, "sliding_window": 8, "max_window_layers": 0},
+     r"sliding-window attention in layers \[0, 1\]"),
+])
+def test_qwen3_variant_the_model_does_not_implement_is_refused(tiny_model_dir, tmp_path, fields, problem):
+    """A SiLU-less or sliding-window Qwen3 loads weight by weight and would generate other tokens than transformers."""
+    model_dir = copy_model(tiny_model_dir, tmp_path / "m")
+    edit_json(tmp_path / "m" / "config.json", **fields)
+    with pytest.raises(ValueError, match=problem):
+        LLM(model_dir, device="cpu")
+
+
+def test_sliding_window_settings_that_slide_no_layer_are_accepted(tiny_model_dir, tmp_path):
+    """As released Qwen3 configs have them: a window size with use_sliding_window off, or every layer below
+    max_window_layers."""
+    layers = json.loads((Path(tiny_model_dir) / "config.json").read_text())["num_hidden_layers"]
+    for i, fields in enumerate(({"layer_types": None, "use_sliding_window": False, "sliding_window": 8},
+                                {"layer_types": None, "use_sliding_window": True, "sliding_window": 8,
+                                 "max_window_layers": layers})):
+        model_dir = copy_model(tiny_model_dir, tmp_path / f"m{i}")   # a path of its own: the oracle caches by path
+        edit_json(tmp_path / f"m{i}" / "config.json", **fields)
+        assert_serves(LLM(model_dir, device="cpu"), model_dir)
 
 
 def test_folder_without_tokenizer_is_refused(tiny_model_dir, tmp_path):
