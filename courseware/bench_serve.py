@@ -306,9 +306,13 @@ def run_bench_serve_cli(args) -> int:
     else:
         requests = random_requests(args.num_prompts, args.random_input_len, args.random_output_len,
                                    args.random_range_ratio, args.seed)
-    report = asyncio.run(sweep(args.url.rstrip("/"), args.served_model_name, requests, args.request_rate,
-                               args.burstiness, parse_slos(args.goodput), args.seed, args.max_concurrency,
-                               args.disconnect))
+    url = args.url.rstrip("/")
+    try:
+        report = asyncio.run(sweep(url, args.served_model_name, requests, args.request_rate, args.burstiness,
+                                   parse_slos(args.goodput), args.seed, args.max_concurrency, args.disconnect))
+    except httpx.TransportError as err:        # each request's own errors are counted in its run, not raised
+        raise ConnectionError(f"no answer from the server at {url} ({type(err).__name__}: {err}): start one with "
+                              "`inferlab serve`, or name it with --url") from None
     table = Table(title=f"bench serve: {report['model']} at {report['url']}")
     for col in ("rate", "done", "req/s", "out tok/s", "goodput", "TTFT p50/p99 ms", "TPOT p50/p99 ms",
                 "E2EL p50/p99 s", "left/aborted", "KV after"):

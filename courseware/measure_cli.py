@@ -21,6 +21,62 @@ BACKENDS = ("auto", "torch", "triton", "flash-attn")
 SERVER_DEFAULT = "default: the server's own (reference/serving/defaults.py)"
 
 
+def count(text: str) -> int:
+    """argparse type: a whole number >= 1 (a count of prompts, tokens, connections)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative(text: str) -> int:
+    """argparse type: a whole number >= 0."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def request_rate(text: str) -> float:
+    """argparse type: requests per second, > 0; `inf` sends every request at once."""
+    value = float(text)
+    if not value > 0:                  # catches nan too
+        raise argparse.ArgumentTypeError(f"must be above 0 (or inf), got {text}")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """argparse type: a finite number of seconds >= 0."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, 0 or more, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """argparse type: a number in [0, 1)."""
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    """argparse type: a TCP port, 0 to 65535 (0: any free port)."""
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (0 to 65535), got {value}")
+    return value
+
+
 def engine_settings(args: argparse.Namespace, names: dict[str, str]) -> dict:
     """{Config field: value} for the engine flags given on the command line (`names`: flag dest -> field)."""
     return {field: getattr(args, dest) for dest, field in names.items() if getattr(args, dest, None) not in (None, False)}
@@ -86,7 +142,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        help="random-weight model of this shape (no download)")
     bench.add_argument("--model", default=None, help="a real Hugging Face checkpoint folder instead of --shape")
     bench.add_argument("--compare", choices=["hf", "none"], default="none")
-    bench.add_argument("--hf-batch-size", type=int, default=256,
+    bench.add_argument("--hf-batch-size", type=count, default=256,
                        help="the largest transformers batch tried with --compare hf (halved on out-of-memory)")
     bench.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
     bench.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
@@ -105,13 +161,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API (SSE, /metrics)")
     serve.add_argument("model", nargs="?", default=None, help="Hugging Face model folder (default: the tiny model)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=port, default=8000)
     serve.add_argument("--served-model-name", default=None, help="the `model` clients send (default: folder name)")
-    serve.add_argument("--max-waiting-requests", type=int, default=None,
+    serve.add_argument("--max-waiting-requests", type=count, default=None,
                        help=f"past this many requests waiting, answer 503 with Retry-After; {SERVER_DEFAULT}")
-    serve.add_argument("--max-request-bytes", type=int, default=None,
+    serve.add_argument("--max-request-bytes", type=count, default=None,
                        help=f"answer 413 to a request body larger than this many bytes; {SERVER_DEFAULT}")
-    serve.add_argument("--drain-timeout", type=float, default=None,
+    serve.add_argument("--drain-timeout", type=seconds, default=None,
                        help=f"on SIGINT/SIGTERM, seconds running requests may go on before they are ended; "
                             f"{SERVER_DEFAULT}")
     serve.add_argument("--device", choices=DEVICES, default=None, help=ENGINE_DEFAULT)
@@ -134,21 +190,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     serve_load = bench.add_argument_group("bench serve (an online load against --url)")
     serve_load.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
     serve_load.add_argument("--served-model-name", default=None, help="default: the server's first model")
-    serve_load.add_argument("--request-rate", type=float, nargs="+", default=[float("inf")],
+    serve_load.add_argument("--request-rate", type=request_rate, nargs="+", default=[float("inf")],
                             help="requests/s (Poisson); several values sweep; inf sends all at once")
-    serve_load.add_argument("--burstiness", type=float, default=1.0,
+    serve_load.add_argument("--burstiness", type=positive_number, default=1.0,
                             help="gamma shape of the arrival gaps: 1 is Poisson, <1 burstier, >1 more regular")
-    serve_load.add_argument("--num-prompts", type=int, default=64)
+    serve_load.add_argument("--num-prompts", type=count, default=64)
     serve_load.add_argument("--dataset", choices=["random", "sharegpt"], default="random")
     serve_load.add_argument("--dataset-path", default=None, help="ShareGPT-format JSON file")
-    serve_load.add_argument("--random-input-len", type=int, default=128)
-    serve_load.add_argument("--random-output-len", type=int, default=64)
-    serve_load.add_argument("--random-range-ratio", type=float, default=0.0,
+    serve_load.add_argument("--random-input-len", type=count, default=128)
+    serve_load.add_argument("--random-output-len", type=count, default=64)
+    serve_load.add_argument("--random-range-ratio", type=fraction, default=0.0,
                             help="lengths uniform in [len*(1-r), len*(1+r)]")
     serve_load.add_argument("--goodput", nargs="*", default=[], metavar="KEY:MS",
                             help="SLOs for goodput, e.g. ttft:500 tpot:50 e2el:5000 (milliseconds)")
-    serve_load.add_argument("--max-concurrency", type=int, default=None)
-    serve_load.add_argument("--disconnect", type=int, default=0, metavar="N",
+    serve_load.add_argument("--max-concurrency", type=count, default=None)
+    serve_load.add_argument("--disconnect", type=non_negative, default=0, metavar="N",
                             help="also send N requests per rate whose clients leave after their first token")
     serve_load.add_argument("--compare-tokens", default=None, metavar="REPORT",
                             help="check every request's token ids against an earlier --out report")

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             return bench(args.workload)
         return trace(args.log)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, ConnectionError) as err:   # bad input, no server (`bench serve`)
         print_error(err)
         return 2
     except NotImplementedError as err:

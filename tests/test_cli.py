@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from inferlab.cli import main
@@ -57,6 +58,38 @@ def test_cli_reports_bad_input_without_traceback(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{bad}, line 1" in err, err
     assert main(["demo", "--device", "cpu", "--model", str(tmp_path / "missing")]) == 2
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["serve", "--port", "99999"], "--port: must be a TCP port (0 to 65535), got 99999"),
+    (["serve", "--max-waiting-requests", "0"], "--max-waiting-requests: must be at least 1, got 0"),
+    (["serve", "--max-request-bytes", "-1"], "--max-request-bytes: must be at least 1, got -1"),
+    (["serve", "--drain-timeout", "-5"], "--drain-timeout: must be a finite number of seconds, 0 or more, got -5"),
+    (["bench", "serve", "--request-rate", "5", "-1"], "--request-rate: must be above 0 (or inf), got -1"),
+    (["bench", "serve", "--request-rate", "nan"], "--request-rate: must be above 0 (or inf), got nan"),
+    (["bench", "serve", "--num-prompts", "0"], "--num-prompts: must be at least 1, got 0"),
+    (["bench", "serve", "--burstiness", "inf"], "--burstiness: must be a finite number above 0, got inf"),
+    (["bench", "serve", "--random-range-ratio", "1"], "--random-range-ratio: must be at least 0 and below 1, got 1"),
+    (["bench", "serve", "--max-concurrency", "0"], "--max-concurrency: must be at least 1, got 0"),
+    (["bench", "serve", "--disconnect", "-2"], "--disconnect: must be 0 or more, got -2"),
+    (["bench", "serve", "--num-prompts", "abc"], "--num-prompts: invalid count value: 'abc'"),
+])
+def test_measurement_flags_out_of_range_are_refused_by_name(argv, problem, capsys):
+    """Before, a port of 99999 ended in an OverflowError traceback and a rate of -1 or a queue of 0 went through."""
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    assert problem in capsys.readouterr().err
+
+
+def test_bench_serve_without_a_server_says_so_in_one_line(capsys):
+    import socket
+    with socket.socket() as probe:            # a port nobody listens on once this socket is closed
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    assert main(["bench", "serve", "--num-prompts", "2", "--url", f"http://127.0.0.1:{free}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"no answer from the server at http://127.0.0.1:{free}" in err, err
 
 
 def test_ci_runs_readme_test_command():
