@@ -59,6 +59,23 @@ class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str
 
+    @field_validator("content", mode="before")
+    @classmethod
+    def text_of_parts(cls, content: Any) -> Any:
+        """OpenAI's API also takes `content` as a list of parts (the openai SDK's typed messages send
+        one). Text parts are joined with newlines, as vLLM joins them for a chat template that takes a
+        string (Qwen3's); any other part, an image, is refused by its index and type."""
+        if not isinstance(content, list):
+            return content
+        texts = []
+        for i, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            if kind != "text" or not isinstance(part.get("text"), str):
+                raise ValueError(f"part {i} is {kind!r}; this server takes text parts only "
+                                 '({"type": "text", "text": "..."})')
+            texts.append(part["text"])
+        return "\n".join(texts)
+
 
 class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")   # e.g. vLLM's continuous_usage_stats: refused, not ignored

@@ -59,6 +59,19 @@ def test_openai_client_gets_the_offline_tokens(server, offline):
     assert "".join(c.choices[0].delta.content or "" for c in streamed if c.choices) == chat_expected
 
 
+def test_chat_content_as_text_parts_reads_as_their_texts_joined_by_newlines(server, offline):
+    """OpenAI's list-of-parts `content` (the openai SDK's typed messages): vLLM joins text parts with "\\n"."""
+    parts = [{"type": "text", "text": "What is"}, {"type": "text", "text": "a KV cache?"}]
+    templated = offline.tokenizer.apply_chat_template([{"role": "user", "content": "What is\na KV cache?"}],
+                                                      tokenize=False, add_generation_prompt=True)
+    expected = offline.generate([templated], greedy(10), use_tqdm=False)[0]["text"]
+    body = {"model": MODEL, "messages": [{"role": "user", "content": parts}], "max_tokens": 10, "temperature": 0,
+            "ignore_eos": True}
+    response = httpx.post(f"{server.url}/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"] == expected
+
+
 def test_32_concurrent_streaming_clients(server, offline):
     prompts = [f"request {i}: tell me about continuous batching" for i in range(32)]
     expected = [o["text"] for o in offline.generate(prompts, greedy(8), use_tqdm=False)]
@@ -97,6 +110,9 @@ def test_disconnect_aborts_and_frees_blocks(server):
     ("completions", {"model": "gpt-4", "prompt": "hi"}, "does not exist"),
     ("completions", b"{not json", "not valid JSON"),
     ("completions", {"model": MODEL, "prompt": [5] * (MAX_MODEL_LEN + 5)}, "max_model_len"),
+    ("chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is in"}, {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]},
+     "messages[0].content: part 1 is 'image_url'; this server takes text parts only"),
 ])
 def test_bad_requests_get_400_and_the_server_keeps_serving(server, path, body, fragment):
     url = f"{server.url}/v1/{path}"
