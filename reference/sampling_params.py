@@ -80,8 +80,8 @@ class SamplingParams:
             raise TypeError(f"SamplingParams.ignore_eos must be a bool, got {type(self.ignore_eos).__name__}")
         if not isinstance(self.stop_token_ids, (list, tuple)):
             raise TypeError("SamplingParams.stop_token_ids must be a list of ints")
-        for token_id in self.stop_token_ids:
-            _check_int("stop_token_ids[]", token_id, minimum=0)
+        for i, token_id in enumerate(self.stop_token_ids):
+            _check_int(f"stop_token_ids[{i}]", token_id, minimum=0)
         self.stop_token_ids = list(self.stop_token_ids)
         if self.seed is not None:
             _check_int("seed", self.seed, minimum=0)

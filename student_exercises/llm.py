@@ -7,6 +7,7 @@ as it is produced (stage 6, streaming return).
 """
 from __future__ import annotations
 
+import numbers
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterator, Sequence as Seq
@@ -38,7 +39,7 @@ def _as_prompt_list(prompts) -> list[Prompt]:
     if isinstance(prompts, str):
         return [prompts]
     if isinstance(prompts, (list, tuple)):
-        if prompts and all(isinstance(p, int) and not isinstance(p, bool) for p in prompts):
+        if prompts and all(isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in prompts):
             return [list(prompts)]
         return list(prompts)
     raise TypeError(f"prompts must be a str, a list of str, or lists of token ids; got {type(prompts).__name__}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,18 +126,26 @@ class LLMEngine:
 
     # -- stage 1-3: admission ------------------------------------------------
     def tokenize(self, prompt: str | list[int]) -> list[int]:
-        """Token ids of a prompt: a string is tokenized as is, a list is checked."""
+        """Token ids of a prompt: a string is tokenized as is, a list is checked and made plain ints.
+
+        Any integer type is taken (`list(np_array)` gives numpy integers), a
+        bool is not (`True` as a token id is a bug). An array or tensor itself
+        is refused with the call that makes it a list, rather than iterated.
+        """
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt, add_special_tokens=False)
         if isinstance(prompt, (list, tuple)):
             vocab = self.config.hf_config["vocab_size"]
+            ids = []
             for t in prompt:
-                if isinstance(t, bool) or not isinstance(t, int):
+                if isinstance(t, bool) or not isinstance(t, numbers.Integral):
                     raise TypeError(f"prompt token ids must be ints, got {type(t).__name__}")
                 if not 0 <= t < vocab:
                     raise ValueError(f"prompt token id {t} is outside the vocabulary [0, {vocab})")
-            return list(prompt)
-        raise TypeError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}")
+                ids.append(int(t))
+            return ids
+        hint = " (pass .tolist() of it)" if hasattr(prompt, "tolist") else ""
+        raise TypeError(f"prompt must be a str or a list of token ids, got {type(prompt).__name__}{hint}")
 
     def check_request(self, token_ids: list[int], params: SamplingParams) -> None:
         """Refuse, with a reason, any request that could never be served."""

@@ -5,6 +5,7 @@ the engine able to serve the next request correctly.
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -46,11 +47,24 @@ def assert_still_serves(llm: LLM, model_dir: str) -> None:
     (12345, GREEDY, TypeError, "prompt"),
     ([1, 2.5, 3], GREEDY, TypeError, "token ids"),
     ([1, 10**9], GREEDY, ValueError, "vocabulary"),
+    ([1, True, 3], GREEDY, TypeError, "token ids must be ints, got bool"),
+    ([1, np.int64(10**9)], GREEDY, ValueError, "vocabulary"),
+    (np.array(GOOD_PROMPT), GREEDY, TypeError, r"got ndarray \(pass \.tolist\(\) of it\)"),
+    (GOOD_PROMPT, dict(GREEDY, stop_token_ids=[3, -1]), ValueError, r"stop_token_ids\[1\] must be >= 0"),
 ])
 def test_bad_request_is_refused_and_engine_keeps_serving(llm, tiny_model_dir, prompt, params, error, words):
     with pytest.raises(error, match=words):
         llm.generate([prompt] if not isinstance(prompt, int) else prompt, SamplingParams(**params), use_tqdm=False)
     assert_still_serves(llm, tiny_model_dir)
+
+
+def test_numpy_integer_token_ids_are_served_as_ints(llm, tiny_model_dir):
+    """`list(array)` gives numpy integers: the same tokens as the plain list, and plain ints in the sequence."""
+    expected = hf_greedy(tiny_model_dir, GOOD_PROMPT, 8)
+    for prompts in ([list(np.array(GOOD_PROMPT))], list(np.array(GOOD_PROMPT))):   # a batch of one, or one prompt
+        out = llm.generate(prompts, SamplingParams(**GREEDY), use_tqdm=False)
+        assert [o["token_ids"] for o in out] == [expected]
+    assert all(type(t) is int for t in llm.tokenize(list(np.array(GOOD_PROMPT, dtype=np.int32))))
 
 
 def test_request_larger_than_kv_pool(tiny_model_dir, device):
