@@ -76,10 +76,16 @@ def find_project(start: Path | None = None) -> Path:
     raise FileNotFoundError(f"no {TESTS}/ here or above {here}: run this from your lab folder")
 
 
+# Seconds a public test's setup or call may run (labkit/score_plugin.py): the grader's shortest item deadline,
+# far above what the reference's public tests take (docs/labs.md, "The self-check's time limit").
+TEST_TIME_LIMIT_S = 60
+
+
 def pytest_command(tests_dir: Path, lab: str, results: Path, impl: str = "student",
                    extra: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", "pytest", str(tests_dir), "-m", lab, "--impl", impl, "-q",
-            "-p", "no:cacheprovider", "-p", "labkit.score_plugin", "--inferlab-results", str(results), *extra]
+            "-p", "no:cacheprovider", "-p", "labkit.score_plugin", "--inferlab-results", str(results),
+            "--inferlab-test-timeout", str(TEST_TIME_LIMIT_S), *extra]
 
 
 def run_suite(project: Path, lab: str, impl: str = "student", extra: Sequence[str] = (),
