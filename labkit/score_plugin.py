@@ -62,7 +62,8 @@ class TimeLimit:
 
         def expire(signum, frame):
             raise TestTimeLimit(f"the test ran longer than {self.seconds:g} s, the self-check's limit per test "
-                                "(an endless loop? its traceback ends on the line it was running; the grader stops slow items too)")
+                                "(an endless loop? its traceback ends on the line it was running; "
+                                "the grader stops slow items too)")
 
         previous = signal.signal(signal.SIGALRM, expire)
         signal.setitimer(signal.ITIMER_REAL, self.seconds)

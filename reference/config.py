@@ -149,7 +149,7 @@ class Config:
                              "implements only 'silu' (SwiGLU)")
         layers = int(cfg.get("num_hidden_layers", 0))
         layer_types = cfg.get("layer_types")
-        if layer_types is not None:     # transformers >= 4.53 writes it; it decides each layer's attention
+        if layer_types is not None:     # newer transformers write it; it decides each layer's attention
             sliding = [i for i, kind in enumerate(layer_types) if kind != "full_attention"]
         elif cfg.get("use_sliding_window") and cfg.get("sliding_window"):   # older configs: layers from
             sliding = list(range(int(cfg.get("max_window_layers", layers)), layers))   # max_window_layers on

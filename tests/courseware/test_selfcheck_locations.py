@@ -58,8 +58,8 @@ def test_a_crash_in_a_region_names_the_students_file_and_line(tmp_path):
 def test_an_endless_loop_in_a_region_fails_its_test_instead_of_hanging_the_check(tmp_path):
     """Before the per-test limit, `inferlab check` waited forever and showed nothing (its output is captured)."""
     release, line = release_with_body(tmp_path, "while True:\n            pass")
-    script = ("import sys, courseware.selfcheck as s; s.TEST_TIME_LIMIT_S = 2; "
-              f"from pathlib import Path; sys.exit(s.check('lab2', project=Path({str(release)!r}), extra=('-k', 'can_append')))")
+    script = ("import sys; from pathlib import Path; import courseware.selfcheck as s; s.TEST_TIME_LIMIT_S = 2; "
+              f"sys.exit(s.check('lab2', project=Path({str(release)!r}), extra=('-k', 'can_append')))")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

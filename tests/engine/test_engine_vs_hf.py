@@ -170,7 +170,8 @@ def test_other_qwen3_shapes_match_transformers(tmp_path, shape):
     fields = transformers.AutoConfig.from_pretrained(src).to_dict()
     fields.update(OTHER_SHAPES[shape](fields))
     fields.pop("layer_types", None)          # recomputed from num_hidden_layers
-    cfg = transformers.Qwen3Config(**{k: v for k, v in fields.items() if k not in ("model_type", "transformers_version")})
+    cfg = transformers.Qwen3Config(**{k: v for k, v in fields.items()
+                                      if k not in ("model_type", "transformers_version")})
     torch.manual_seed(5)
     out = tmp_path / shape
     transformers.Qwen3ForCausalLM(cfg).save_pretrained(out)
