@@ -337,6 +337,9 @@ def run_bench(args, console: Console | None = None) -> dict:
     if args.model:
         model_dir = args.model
     else:
+        if device == "cpu":      # the bench's shape is a GPU workload: on a laptop it runs for many minutes
+            console.print(f"[yellow]note:[/yellow] {args.shape} on the CPU takes many minutes; for a quick run, "
+                          "bench the tiny model: `inferlab make-tiny-model DIR`, then `--model DIR --dtype float32`")
         model_dir = str(make_random_model(random_model_dir(args.shape, args.dtype), dtype=dtype))
     vocab = json.loads((Path(model_dir) / "config.json").read_text())["vocab_size"]
     requests = make_workload(args.workload, vocab, seed=args.seed)
