@@ -44,6 +44,7 @@ PREFILL_CASES = {
     "exact_block_and_one_over": [(tokens(10, 8), [3, 1], 0, None), (tokens(30, 5), [0, 6], 0, None)],
     "cached_prefix": [(tokens(50, 11), [4, 9, 2], 8, None)],
     "chunk_in_the_middle": [(tokens(70, 14), [1, 8, 3, 10], 4, 6)],
+    "chunk_starting_inside_a_block": [(tokens(150, 12), [6, 12, 3], 6, 4), (tokens(170, 7), [9, 2], 3, 3)],
     "mixed_batch": [(tokens(90, 3), [12], 0, None), (tokens(110, 13), [5, 0, 11, 14], 4, 5),
                     (tokens(130, 6), [13, 15], 0, 4)],
 }

@@ -73,6 +73,22 @@ def test_prefill_slot_mapping(impl, tiny_model_dir):
                          explain=lambda slot: f"physical block {slot // BS}, offset {slot % BS}")
 
 
+@pytest.mark.points(2)
+@pytest.mark.covers("lab4.prepare_prefill", "lab4.slot")
+def test_prefill_chunk_starting_inside_a_block(impl, tiny_model_dir):
+    """Edge case 9: a chunk starts wherever the last one's token budget ran out, here 2 tokens into logical
+    block 1, and runs on into logical block 2, which is not the next block in the pool."""
+    runner = make_runner(impl, tiny_model_dir)
+    seq = make_seq(impl, list(range(500, 512)), [8, 14, 10], cached=6, scheduled=4)
+    input_ids, positions, meta = runner.prepare_prefill([seq])
+    owners = [("S", p) for p in range(6, 10)]
+    assert_token_aligned("slot_mapping (positions 6, 7 in block 14; 8, 9 in block 10)", [58, 59, 40, 41],
+                         ints(meta.slot_mapping), owners,
+                         explain=lambda slot: f"physical block {slot // BS}, offset {slot % BS}")
+    assert_token_aligned("positions", [6, 7, 8, 9], ints(positions), owners)
+    assert_token_aligned("input_ids", [506, 507, 508, 509], ints(input_ids), owners)
+
+
 @pytest.mark.points(3)
 @pytest.mark.covers("lab4.prepare_prefill")
 def test_prefill_input_ids_and_positions(impl, tiny_model_dir):
