@@ -10,6 +10,8 @@ and the same output files the handout describes.
 from __future__ import annotations
 
 import argparse
+import math
+from typing import Callable
 
 # Engine flags give no default of their own: a flag left out is not passed on, and the engine's Config
 # default applies (one definition of each setting, reference/config.py). The choices are Config's too,
@@ -21,60 +23,27 @@ BACKENDS = ("auto", "torch", "triton", "flash-attn")
 SERVER_DEFAULT = "default: the server's own (reference/serving/defaults.py)"
 
 
-def count(text: str) -> int:
-    """argparse type: a whole number >= 1 (a count of prompts, tokens, connections)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+def _checked(name: str, convert: Callable[[str], float], ok: Callable[[float], bool], requirement: str):
+    """An argparse type: `convert` the text, then refuse a value that is not `ok`, saying what it must be.
+
+    argparse names a type by its function's name when conversion fails ("invalid count value: 'abc'").
+    """
+    def parse(text: str):
+        value = convert(text)
+        if not ok(value):                  # written as "not ok" so that nan fails every range
+            raise argparse.ArgumentTypeError(f"must be {requirement}, got {text}")
+        return value
+    parse.__name__ = name
+    return parse
 
 
-def non_negative(text: str) -> int:
-    """argparse type: a whole number >= 0."""
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def request_rate(text: str) -> float:
-    """argparse type: requests per second, > 0; `inf` sends every request at once."""
-    value = float(text)
-    if not value > 0:                  # catches nan too
-        raise argparse.ArgumentTypeError(f"must be above 0 (or inf), got {text}")
-    return value
-
-
-def positive_number(text: str) -> float:
-    """argparse type: a finite number > 0."""
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
-    return value
-
-
-def seconds(text: str) -> float:
-    """argparse type: a finite number of seconds >= 0."""
-    value = float(text)
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, 0 or more, got {text}")
-    return value
-
-
-def fraction(text: str) -> float:
-    """argparse type: a number in [0, 1)."""
-    value = float(text)
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 0 and below 1, got {text}")
-    return value
-
-
-def port(text: str) -> int:
-    """argparse type: a TCP port, 0 to 65535 (0: any free port)."""
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a TCP port (0 to 65535), got {value}")
-    return value
+count = _checked("count", int, lambda v: v >= 1, "at least 1")          # prompts, tokens, connections, bytes
+non_negative = _checked("non_negative", int, lambda v: v >= 0, "0 or more")
+port = _checked("port", int, lambda v: 0 <= v <= 65535, "a TCP port (0 to 65535)")
+request_rate = _checked("request_rate", float, lambda v: v > 0, "above 0 (or inf)")   # inf: all at once
+positive_number = _checked("positive_number", float, lambda v: 0 < v < math.inf, "a finite number above 0")
+seconds = _checked("seconds", float, lambda v: 0 <= v < math.inf, "a finite number of seconds, 0 or more")
+fraction = _checked("fraction", float, lambda v: 0 <= v < 1, "at least 0 and below 1")
 
 
 def engine_settings(args: argparse.Namespace, names: dict[str, str]) -> dict:
