@@ -22,6 +22,8 @@ H100s; `gpu_tests,pd,serve` is the second call, about 7 minutes; docs/performanc
                GPU time goes (profiler)
   small        the same on the Qwen3-0.6B shape, eager TP=1 vs TP=2, and bf16 TP=2 vs TP=1 tokens
   pd           colocated engine vs prefill GPU + decode GPU (Qwen3-8B shape): TTFT, TPOT, throughput, KV transfer
+  kvlink       the P/D handoff's own bandwidth (the engine's gather + send, receive + scatter, on the GPUs'
+               clocks) at 10, 64 and 256 blocks of the 8B shape, against NCCL send/recv and a peer copy
   serve        `inferlab serve` at TP=1 and TP=2 (Qwen3-8B shape), `inferlab bench serve` over request rates
   before       the engine before issue 35 (GPU_TP_OLD: a copy of that tree) at TP=2, sync, graphs: decode batch 64, 256
 
@@ -29,6 +31,7 @@ GPU_TP_WORKER_TRACE=1: the TP workers log their slow steps and garbage collectio
 """
 from __future__ import annotations
 
+import datetime
 import gc
 import json
 import os
@@ -866,6 +869,83 @@ def pd() -> dict:
     return out
 
 
+def _kvlink_rank(rank: int, init_file: str, result_file: str) -> None:
+    """Both ranks: the engine's own handoff functions on a KV cache of the 8B shape, timed by CUDA events."""
+    import torch.distributed as dist
+    from reference.distributed.kv_transfer import post_receive, post_send, store
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=2,
+                            device_id=torch.device("cuda", rank))
+    control = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=60))   # a mismatch fails, fast
+    layers, kv_heads, head_dim, block = QWEN3_8B["num_hidden_layers"], QWEN3_8B["num_key_value_heads"], 128, 16
+    kv = torch.randn(2, layers, 1024, block, kv_heads, head_dim, dtype=torch.bfloat16, device="cuda")
+    cuda = torch.device("cuda", rank)
+
+    def timed(fn, reps: int = 5) -> float:
+        """Median milliseconds of fn on this GPU's clock, both ranks starting together."""
+        times = []
+        for _ in range(reps + 1):
+            torch.cuda.synchronize()
+            dist.barrier(group=control)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        return sorted(times[1:])[reps // 2]
+
+    rows = {}
+    for blocks in (10, 64, 256):      # 10 blocks: a 160-token prompt, the `pd` part's median request
+        ids = list(range(3, 3 + 2 * blocks, 2))     # every other block: a gather, as a real table needs
+        nbytes = 2 * layers * blocks * block * kv_heads * head_dim * 2
+        row: dict = {"blocks": blocks, "bytes": nbytes}
+        if rank == 0:
+            handoff = lambda: post_send(None, kv, ids, 1, cuda).work.wait()
+        else:
+            def handoff():
+                t = post_receive(None, kv, ids, 0, cuda)
+                store(t, kv, ids)
+        row["handoff_ms"] = timed(handoff)                   # gather + send (rank 0) / receive + store (rank 1)
+        payload = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+        row["send_recv_ms"] = timed(lambda: dist.send(payload, 1) if rank == 0 else dist.recv(payload, 0))
+        # Both ranks time two more things each, so that every `timed` (and its barriers) has its partner.
+        index = torch.tensor(ids, dtype=torch.int64, device="cuda")
+        if rank == 0:
+            row["gather_ms"] = timed(lambda: kv[:, :, index].contiguous())
+            other = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda:1")
+            row["p2p_copy_ms"] = timed(lambda: other.copy_(payload))
+            del other
+        else:
+            staged = torch.empty(2, layers, blocks, block, kv_heads, head_dim, dtype=torch.bfloat16, device="cuda")
+            row["scatter_ms"] = timed(lambda: kv.__setitem__((slice(None), slice(None), index), staged))
+            local = torch.empty_like(payload)
+            row["local_copy_ms"] = timed(lambda: local.copy_(payload))
+            del local
+        for key in [k for k in row if k.endswith("_ms")]:
+            row[key.replace("_ms", "_GB_s")] = round(nbytes / (row[key] / 1e3) / 1e9, 1)
+        rows[blocks] = row
+    both: list = [None, None]
+    dist.all_gather_object(both, rows, group=control)
+    if rank == 0:
+        Path(result_file).write_text(json.dumps({"rank0": both[0], "rank1": both[1]}))
+    dist.destroy_process_group()
+
+
+@part("kvlink", 30)
+def kvlink() -> dict:
+    """The P/D handoff's bandwidth against the link's: the engine's post_send / post_receive + store."""
+    import torch.multiprocessing as mp
+    tmp = tempfile.mkdtemp()
+    result = os.path.join(tmp, "kvlink.json")
+    mp.start_processes(_kvlink_rank, args=(os.path.join(tmp, "init"), result), nprocs=2, start_method="spawn")
+    out = json.loads(Path(result).read_text())
+    out["note"] = ("handoff: rank 0 gathers the blocks and sends, rank 1 receives and scatters them into its "
+                   "blocks, timed on each GPU from a common start; send_recv: the same bytes contiguous, NCCL; "
+                   "p2p_copy: a peer-to-peer copy GPU 0 -> GPU 1 (the link's figure); local_copy: a copy within GPU 1")
+    return out
+
+
 # -- serve ---------------------------------------------------------------------------------------
 def _serve_curve(model: str, tp: int, rates: list[str], num_prompts: int) -> dict:
     import socket
@@ -1032,7 +1112,7 @@ def table() -> None:
     print(f"total {time.monotonic() - START:.0f} s; JSON in {OUT / 'gpu_tp.json'}")
 
 
-PARTS = (env, allreduce, gpu_tests, tp_bench, small, pd, serve, before)
+PARTS = (env, allreduce, gpu_tests, tp_bench, small, pd, kvlink, serve, before)
 DEFAULT_PARTS = "env,allreduce,tp_bench,small"
 
 if __name__ == "__main__":
