@@ -23,7 +23,8 @@ H100s; `gpu_tests,pd,serve` is the second call, about 7 minutes; docs/performanc
   small        the same on the Qwen3-0.6B shape, eager TP=1 vs TP=2, and bf16 TP=2 vs TP=1 tokens
   pd           colocated engine vs prefill GPU + decode GPU (Qwen3-8B shape): TTFT, TPOT, throughput, KV transfer
   kvlink       the P/D handoff's own bandwidth (the engine's gather + send, receive + scatter, on the GPUs'
-               clocks) at 10, 64 and 256 blocks of the 8B shape, against NCCL send/recv and a peer copy
+               clocks) at 10, 64 and 256 blocks of the 8B shape, against NCCL send/recv and a peer copy;
+               GPU_TP_KV_WORDS=0: with the blocks copied in the cache's dtype, as before kv_transfer.as_words
   serve        `inferlab serve` at TP=1 and TP=2 (Qwen3-8B shape), `inferlab bench serve` over request rates
   before       the engine before issue 35 (GPU_TP_OLD: a copy of that tree) at TP=2, sync, graphs: decode batch 64, 256
 
@@ -872,7 +873,10 @@ def pd() -> dict:
 def _kvlink_rank(rank: int, init_file: str, result_file: str) -> None:
     """Both ranks: the engine's own handoff functions on a KV cache of the 8B shape, timed by CUDA events."""
     import torch.distributed as dist
+    from reference.distributed import kv_transfer
     from reference.distributed.kv_transfer import post_receive, post_send, store
+    if os.environ.get("GPU_TP_KV_WORDS") == "0":     # the handoff as before: blocks copied in the cache's dtype
+        kv_transfer.as_words = lambda cache: cache
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=2,
                             device_id=torch.device("cuda", rank))
@@ -912,13 +916,14 @@ def _kvlink_rank(rank: int, init_file: str, result_file: str) -> None:
         # Both ranks time two more things each, so that every `timed` (and its barriers) has its partner.
         index = torch.tensor(ids, dtype=torch.int64, device="cuda")
         if rank == 0:
-            row["gather_ms"] = timed(lambda: kv[:, :, index].contiguous())
+            row["gather_ms"] = timed(lambda: kv_transfer.as_words(kv)[:, :, index].contiguous())
             other = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda:1")
             row["p2p_copy_ms"] = timed(lambda: other.copy_(payload))
             del other
         else:
-            staged = torch.empty(2, layers, blocks, block, kv_heads, head_dim, dtype=torch.bfloat16, device="cuda")
-            row["scatter_ms"] = timed(lambda: kv.__setitem__((slice(None), slice(None), index), staged))
+            words = kv_transfer.as_words(kv)
+            staged = torch.empty_like(words[:, :, :blocks])
+            row["scatter_ms"] = timed(lambda: words.__setitem__((slice(None), slice(None), index), staged))
             local = torch.empty_like(payload)
             row["local_copy_ms"] = timed(lambda: local.copy_(payload))
             del local

@@ -8,6 +8,7 @@ import json
 import multiprocessing
 
 import pytest
+import torch
 
 from reference import LLM, SamplingParams
 from reference.distributed.disaggregation import DisaggregatedLLM
@@ -96,3 +97,20 @@ def test_both_engines_on_one_gpu_give_the_single_engines_tokens(tiny_model_dir):
     finally:
         engine.close()
     assert [r["token_ids"] for r in got] == [o["token_ids"] for o in single]
+
+
+@pytest.mark.parametrize("dtype,head_dim,words", [(torch.bfloat16, 8, True), (torch.float32, 8, True),
+                                                  (torch.bfloat16, 6, False), (torch.float64, 8, False)])
+def test_the_handoff_copies_blocks_as_words_bit_for_bit(dtype, head_dim, words):
+    """The gather and scatter of a handoff (kv_transfer.as_words) move exactly the blocks' bytes, in any dtype."""
+    from reference.distributed.kv_transfer import as_words
+    cache = torch.randn(2, 3, 12, 4, 2, head_dim).to(dtype)
+    ids = torch.tensor([9, 2, 5])
+    payload = as_words(cache)[:, :, ids].contiguous()
+    assert (payload.dtype == torch.int64) == words
+    assert payload.numel() * payload.element_size() == cache[:, :, ids].numel() * cache.element_size()
+    received = torch.zeros_like(cache)
+    as_words(received)[:, :, ids] = payload
+    assert torch.equal(received[:, :, ids].view(torch.uint8), cache[:, :, ids].view(torch.uint8))
+    untouched = [b for b in range(12) if b not in ids.tolist()]
+    assert not received[:, :, untouched].any()
