@@ -563,6 +563,41 @@ else:
 # 或者只有 PCIe / 以太网的慢链路上，共置加 chunked prefill 往往更简单也更快。GPU 上的测量见 `docs/performance.md`。
 
 # %% [markdown]
+# GPU 上的链路能给交接多少带宽？课程在两张 H200 上记录了引擎自己的交接函数（`post_send` 先把请求的 block gather 成一个张量再发，
+# `post_receive` + `store` 收下再 scatter 进自己的 block），和同样字节数的 peer-to-peer 拷贝（链路本身）比
+# （`docs/results/2026-11-27/tp_sixth_stop/`，命令见 `docs/performance.md` 的 "sixth stop"）。gather 和 scatter 是两次额外的显存拷贝，
+# 和传输一个接一个地做，所以接收端看到的带宽只有链路的一部分；小请求更差，因为每次交接的固定开销（launch、NCCL 握手）不随字节数变小。
+# 下一格读出记录：`words` 是现在的引擎（按 8 字节一个字拷贝 block，`kv_transfer.as_words`），`before` 是按 bf16 一个元素一个元素拷贝的旧版本。
+
+# %%
+KV_DIR = os.path.join(os.pardir, "docs", "results", "2026-11-27", "tp_sixth_stop")
+if os.path.isdir(KV_DIR):
+    kv_runs = {}
+    for label, name in (("words", "call5_kvlink_wordson_1_h200x2.json"), ("before", "call5_kvlink_wordsoff_1_h200x2.json")):
+        with open(os.path.join(KV_DIR, name)) as f:
+            kv_runs[label] = json.load(f)["kvlink"]
+    for blocks in ("10", "64", "256"):
+        link = kv_runs["words"]["rank0"][blocks]["p2p_copy_GB_s"]
+        got = {label: run["rank1"][blocks] for label, run in kv_runs.items()}
+        print(f"{blocks:>3} blocks ({got['words']['bytes'] / 1e6:5.1f} MB): 接收端交接 words {got['words']['handoff_GB_s']:5.1f} GB/s, "
+              f"before {got['before']['handoff_GB_s']:5.1f} GB/s；链路（peer copy）{link:5.1f} GB/s")
+        assert got["words"]["handoff_GB_s"] < link              # 多两次拷贝，交接永远追不上链路
+    small, large = kv_runs["words"]["rank1"]["10"], kv_runs["words"]["rank1"]["256"]
+    assert small["handoff_GB_s"] < large["handoff_GB_s"] / 2    # 小请求：固定开销占大头
+    assert large["handoff_GB_s"] > 1.5 * kv_runs["before"]["rank1"]["256"]["handoff_GB_s"]   # 按字拷贝：大请求快了
+    # 8B 形状每 token 的 KV（练习 1 的公式），按中位数请求的交接带宽传一个 token 要多久
+    per_token_8b = 36 * 8 * 128 * 2 * 2
+    print(f"Qwen3-8B：每 token {per_token_8b // 1024} KiB，按 {small['handoff_GB_s']:.0f} GB/s 传一个 token "
+          f"{per_token_8b / (small['handoff_GB_s'] * 1e9) * 1e6:.1f} µs")
+else:
+    print("没有 docs/results/（不是课程仓库）：这些记录见 docs/performance.md")
+
+# %% [markdown]
+# 读数：即使是最慢的小请求（10 个 block，约 24 MB），8B 形状一个 token 的 KV 也只要几 µs 就传完，而 8B 在 H100 上 prefill 一个 token
+# 要约 21 µs（`docs/performance.md`），所以机内 NVLink 上的分离不会被链路卡住。想让交接接近链路，要去掉那两次拷贝：
+# 例如按连续的 block 段直接发，或者让 gather 和发送合成一步。这是留给你的思考题。
+
+# %% [markdown]
 # ## 课堂练习
 #
 # **练习 1.** Qwen3-8B（bf16，36 层，8 个 KV head，head_dim 128）一个 2000 token 的 prompt，prefill 之后要传多少字节的 KV？
