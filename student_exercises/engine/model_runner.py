@@ -27,6 +27,7 @@ from student_exercises.layers.attention import AttentionMetadata, make_backend
 from student_exercises.layers.sampler import argmax_only, check_sampled, sample, sample_on_device, token_logprobs
 from student_exercises.models.loader import load_weights
 from student_exercises.models.qwen3 import ElementwiseOps, Qwen3Attention, Qwen3ForCausalLM
+from student_exercises.sampling_params import SamplingParams
 
 
 class EngineDeadError(RuntimeError):
@@ -226,19 +227,31 @@ class ModelRunner:
 
     @torch.inference_mode()
     def _warm_up_logits(self) -> None:
-        """Run the LM head and the argmax once at every row count a step can sample (1..max_num_seqs).
+        """Run the LM head and the sampler once at every row count a step can sample (1..max_num_seqs).
 
         A kernel's first launch in a process loads its module (CUDA loads
         modules lazily), and that waits until the GPU has drained. cuBLAS
         picks different kernels for different row counts, so the first steps
         that sampled a new number of rows stopped the pipeline for a whole
-        step (docs/performance.md). Under TP every rank runs this in its
-        own constructor, so each rank joins each all-gather of the LM head.
+        step (docs/performance.md). The argmax is the engine's own
+        (`sample_on_device`, and under TP the slice-wise `greedy_tokens`):
+        its Triton kernels compile at their first call, and when that was a
+        served request's first step, the first requests after start-up waited
+        about a second for their first token (docs/performance.md, the sixth
+        stop). One sampled row loads the sampling kernels too; it draws from a
+        generator of its own, so the global random state is left as it was.
+        Under TP every rank runs this in its own constructor, so each rank
+        joins each all-gather of the LM head and of the slice-wise argmax.
         """
         hidden = torch.zeros(self.config.max_num_seqs, self.config.hf_config["hidden_size"], dtype=self.dtype,
                              device=self.device)
+        greedy, sampled = SamplingParams(temperature=0.0), SamplingParams(temperature=1.0, top_k=50, top_p=0.9)
         for rows in range(1, self.config.max_num_seqs + 1):
-            self.model.compute_logits(hidden[:rows]).argmax(dim=-1)
+            logits = self.model.compute_logits(hidden[:rows])
+            sample_on_device(logits, [greedy] * rows, [None] * rows)
+            if self.tp_size > 1:
+                self.model.greedy_tokens(hidden[:rows])
+        sample_on_device(logits[:1], [sampled], [torch.Generator(device=self.device).manual_seed(0)])
         torch.cuda.synchronize(self.device)
 
     def _allocate_kv_cache(self, num_blocks: int) -> torch.Tensor:

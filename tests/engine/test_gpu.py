@@ -89,3 +89,28 @@ def test_automatic_gc_is_off_while_graphs_are_captured(tiny_model_dir, monkeypat
     llm = LLM(tiny_model_dir, device="cuda", dtype="float32", max_num_seqs=8)
     assert len(seen) == len(llm.model_runner.graphs) and not any(seen)
     assert gc.isenabled(), "collection must be back on after capture"
+
+
+def test_the_first_requests_compile_no_argmax_kernel(tiny_model_dir):
+    """The engine's warm-up runs its own greedy argmax, so a served request's first step compiles nothing.
+
+    The Triton argmax kernels compile at their first call; when that was the
+    first request's step, the first requests after a server started waited
+    about a second for their first token. Their in-memory caches are emptied
+    first, so kernels compiled by earlier tests in this process do not count.
+    """
+    from reference.kernels import greedy_argmax as argmax_module
+    kernels = {"_piece_argmax_kernel": argmax_module._piece_argmax_kernel,
+               "_row_argmax_kernel": argmax_module._row_argmax_kernel}
+    device = torch.cuda.current_device()
+    for kernel in kernels.values():
+        kernel.device_caches.clear()
+    llm = LLM(tiny_model_dir, device="cuda", dtype="bfloat16", max_num_seqs=8)
+    compiled = lambda: {name: len(kernel.device_caches[device][0]) for name, kernel in kernels.items()}
+    after_start = compiled()
+    assert all(after_start.values()), f"the warm-up did not run the engine's argmax kernels: {after_start}"
+    prompts = random_prompts([5, 17], 1000, seed=3)
+    llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=4), use_tqdm=False)
+    llm.generate(prompts, SamplingParams(temperature=0.8, top_p=0.9, max_tokens=4, seed=1), use_tqdm=False)
+    assert compiled() == after_start, ("a request compiled an argmax kernel the warm-up should have: "
+                                       f"{after_start} after start-up, {compiled()} after the requests")
