@@ -424,13 +424,18 @@ def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
     dist.destroy_process_group()
 
 
-@part("allreduce", 40)
-def allreduce() -> dict:
+def _two_ranks(rank_main) -> dict:
+    """Run rank_main(rank, init_file, result_file) in two spawned processes; rank 0's JSON result."""
     import torch.multiprocessing as mp
     tmp = tempfile.mkdtemp()
-    result = os.path.join(tmp, "allreduce.json")
-    mp.start_processes(_allreduce_rank, args=(os.path.join(tmp, "init"), result), nprocs=2, start_method="spawn")
-    out = json.loads(Path(result).read_text())
+    result = os.path.join(tmp, "result.json")
+    mp.start_processes(rank_main, args=(os.path.join(tmp, "init"), result), nprocs=2, start_method="spawn")
+    return json.loads(Path(result).read_text())
+
+
+@part("allreduce", 40)
+def allreduce() -> dict:
+    out = _two_ranks(_allreduce_rank)
     ok = out["custom_available"] and not out["custom_error_flag"] and all(
         r.get("custom_equals_nccl", True) and r.get("custom_residual_equals_nccl_plus_add", True)
         for r in out["by_tokens"].values())
@@ -940,11 +945,7 @@ def _kvlink_rank(rank: int, init_file: str, result_file: str) -> None:
 @part("kvlink", 30)
 def kvlink() -> dict:
     """The P/D handoff's bandwidth against the link's: the engine's post_send / post_receive + store."""
-    import torch.multiprocessing as mp
-    tmp = tempfile.mkdtemp()
-    result = os.path.join(tmp, "kvlink.json")
-    mp.start_processes(_kvlink_rank, args=(os.path.join(tmp, "init"), result), nprocs=2, start_method="spawn")
-    out = json.loads(Path(result).read_text())
+    out = _two_ranks(_kvlink_rank)
     out["note"] = ("handoff: rank 0 gathers the blocks and sends, rank 1 receives and scatters them into its "
                    "blocks, timed on each GPU from a common start; send_recv: the same bytes contiguous, NCCL; "
                    "p2p_copy: a peer-to-peer copy GPU 0 -> GPU 1 (the link's figure); local_copy: a copy within GPU 1")
