@@ -42,6 +42,8 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from reference.kernels.all_reduce import _sum_of_parts  # noqa: E402
+
 HIDDEN, LAYERS = 4096, 36
 SHARDS = {"o": 2048, "down": 6144}          # K of each row-parallel shard at TP=2 (N = HIDDEN)
 MAX_TILES = 1024                            # tile flags per source rank
@@ -155,14 +157,7 @@ def _wait_sum_norm_kernel(y_ptr, residual_ptr, normed_ptr, weight_ptr, eps, M, a
                                       is_pure=False, pack=1)
         tl.debug_barrier()
         idx = row * HIDDEN + cols
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for p in tl.static_range(WORLD):
-            if p == rank:
-                part = tl.load(y_ptr + idx, mask=in_row, other=0.0)
-            else:
-                part = tl.load(slots + p * slot_elems + idx, mask=in_row, other=0.0, cache_modifier=".cg")
-            acc += part.to(tl.float32)
-        y = acc.to(dtype)
+        y = _sum_of_parts(y_ptr, slots, idx, in_row, rank, slot_elems, WORLD, BLOCK).to(dtype)   # the engine's sum
         stream = (y.to(tl.float32) + tl.load(residual_ptr + idx, mask=in_row, other=0.0).to(tl.float32)).to(dtype)
         tl.store(residual_ptr + idx, stream, mask=in_row)
         s = stream.to(tl.float32)
