@@ -195,7 +195,7 @@ def _grid_sweep(rank: int, control, hidden: int, per_graph: int) -> dict:
     for programs in (128, 2 * sms, 4 * sms):
         custom = OneShotAllReduce(rank, 2, torch.bfloat16, 256 * hidden * 2, control, programs=programs)
         args = (custom.addrs, custom.epochs, custom.error, rank, 2, custom.flag_bytes, custom.max_bytes)
-        spins = 1 << 20     # a grid that cannot be resident at once gives up in ~1 s, and fails the check
+        wait_s = 1.0     # a grid that cannot be resident at once gives up in 1 s, and fails the check
         row: dict = {}
         per_sm = -(-programs // sms)
         for tokens in (64, 256):
@@ -214,17 +214,17 @@ def _grid_sweep(rank: int, control, hidden: int, per_graph: int) -> dict:
             for block, warps in ((2048, 8), (2048, 4), (1024, 4)):
                 if warps * per_sm <= 16:      # every program resident at once (a waiting one holds its slot)
                     timed(f"t{tokens}_plain_{block}x{warps}",
-                          lambda: one_shot_all_reduce(x, *args, max_spins=spins, shape=(block, warps)))
+                          lambda: one_shot_all_reduce(x, *args, wait_s=wait_s, shape=(block, warps)))
             for warps in (16, 8, 4):
                 if warps * per_sm <= 16:
                     timed(f"t{tokens}_norm_w{warps}",
-                          lambda: one_shot_all_reduce_norm(x, residual, weight, 1e-6, *args, max_spins=spins,
+                          lambda: one_shot_all_reduce_norm(x, residual, weight, 1e-6, *args, wait_s=wait_s,
                                                            warps=warps))
             # check: the plain sum against NCCL's on this grid
             y = torch.randn(tokens, hidden, dtype=torch.bfloat16, device="cuda")
             z = y.clone()
             dist.all_reduce(y)
-            one_shot_all_reduce(z, *args, max_spins=spins)
+            one_shot_all_reduce(z, *args, wait_s=wait_s)
             row[f"t{tokens}_plain_equals_nccl"] = bool(torch.equal(y, z))
         torch.cuda.synchronize()
         row["error_flag"] = int(custom.error.item())

@@ -117,6 +117,7 @@ class OneShotAllReduce:
         self.flag_bytes = flag_bytes(programs or MAX_PROGRAMS)   # the same on every rank: it places the slots
         programs = programs or min(MAX_PROGRAMS, sms)
         self.own = self.driver.alloc(buffer_bytes(world, self.max_bytes, self.flag_bytes))
+        torch.cuda.synchronize()    # the zeroing done before a peer can write here: it would erase a flag
         mine = (self.driver.export(self.own), programs)
         everyone: list = [None] * world
         dist.all_gather_object(everyone, mine, group=group)

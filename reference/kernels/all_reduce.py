@@ -33,17 +33,30 @@ call, of either kernel, runs the same grid (`programs`), whatever the size;
 how a call shares its elements among the programs may differ (chunks of
 BLOCK, or rows when it normalizes them).
 
+Why a flag, when the data could be its own flag (an empty slot holds -0.0
+and a reader polls the elements until none is -0.0, TensorRT-LLM's
+"Lamport" all-reduce, one trip over NVLink instead of about three): measured,
+that kernel took 4.4 against 7.2 us at 64 tokens, but in the engine both
+ranks sometimes waited at the same warm-up call for parts that never came,
+and the cause was not found (docs/performance.md, the seventh stop). A
+wrong all-reduce is worse than a slow one.
+
 Fusing the norm saves a launch and a pass over the stream per all-reduce
 (73 of each per decode step of Qwen3-8B). Its price: the norm's sum of
 squares is reduced in another order than the compiled norm's, so in bf16 a
 normed value may differ from the unfused path's by a rounding.
 
 A peer that never comes (it died) would hang the GPU: each wait gives up
-after `MAX_SPINS` polls and raises `error[0]`, and once it is raised no call
-waits again (a graph holds dozens of these calls); the results are then
-garbage, and the host finds the dead worker before the next step.
+after `WAIT_S` seconds by the GPU's clock and raises `error[0]`, and once it
+is raised no call waits again (a graph holds dozens of these calls); the
+results are then garbage, and the host finds the dead worker before the next
+step. The limit is in seconds, not in polls, because a poll's cost varies
+with the GPU and the kernel. Under the Triton interpreter, which cannot run
+inline PTX, a wait counts polls instead.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -53,12 +66,30 @@ import triton.language as tl
 # loops over several chunks, waiting for memory in turn, and 8 warps keep more loads in flight than 4; at
 # 64 tokens 8 are as fast or faster (the sweep in scripts/gpu_tp.py; figures in docs/performance.md).
 BLOCK, WARPS = 2048, 8
-MAX_SPINS = 1 << 24     # polls of one flag before giving up (seconds: far beyond any live peer's lag)
+WAIT_S = 30.0    # a wait gives up after this long: far beyond a live peer's lag (it may be compiling a kernel)
+_PTX = os.environ.get("TRITON_INTERPRET") != "1"      # inline PTX runs (read as triton.jit reads it: at import)
+
+
+@triton.jit
+def _clock(PTX: tl.constexpr):
+    """The GPU's global timer in ns; 0 where inline PTX cannot run (the interpreter)."""
+    if PTX:
+        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1)
+    else:
+        return tl.zeros([], dtype=tl.int64)
+
+
+@triton.jit
+def _buffer(addrs_ptr, r, flag_bytes, dtype: tl.constexpr):
+    """Rank r's slots, as a pointer to dtype, said to be 16-byte aligned (a driver allocation and the flags'
+    256-byte area are): loads and stores through it then move 16 bytes at a time, as they do through a tensor
+    argument, instead of one element (2 bytes in bf16) at a time."""
+    return tl.multiple_of((tl.load(addrs_ptr + r) + flag_bytes).to(tl.pointer_type(dtype)), 16)
 
 
 @triton.jit
 def _push_and_wait(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes, slot_elems, WIDTH: tl.constexpr,
-                   WORLD: tl.constexpr, BLOCK: tl.constexpr, MAX_SPINS: tl.constexpr):
+                   WORLD: tl.constexpr, BLOCK: tl.constexpr, LIMIT: tl.constexpr, PTX: tl.constexpr):
     """Steps 1-3 for this program's share of x; returns the base of this call's slots in my own buffer.
 
     The share: x's pieces of WIDTH elements (WIDTH <= BLOCK) number pid, pid + programs, ...:
@@ -73,8 +104,7 @@ def _push_and_wait(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes,
     lanes = tl.arange(0, BLOCK)
     for p in tl.static_range(WORLD):                                # 1. my x into my slot of each peer
         if p != rank:
-            peer_slot = (tl.load(addrs_ptr + p) + flag_bytes).to(tl.pointer_type(dtype)) \
-                + (first_slot + rank) * slot_elems
+            peer_slot = _buffer(addrs_ptr, p, flag_bytes, dtype) + (first_slot + rank) * slot_elems
             for start in range(pid * WIDTH, n, programs * WIDTH):
                 idx = start + lanes
                 mask = (idx < n) & (lanes < WIDTH)
@@ -88,14 +118,18 @@ def _push_and_wait(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes,
     own_flags = own.to(tl.pointer_type(tl.int32))
     for p in tl.static_range(WORLD):                                # 3. every peer's flag in mine
         if p != rank:
-            spins = tl.where(tl.atomic_add(error_ptr, 0) == 0, 0, MAX_SPINS)   # given up before: do not wait
+            start = _clock(PTX)
+            waited = tl.where(tl.atomic_add(error_ptr, 0) == 0, 0, LIMIT).to(tl.int64)   # given up before: no wait
             while (tl.atomic_add(own_flags + p * programs + pid, 0, sem="acquire", scope="sys") < epoch) \
-                    & (spins < MAX_SPINS):
-                spins += 1
-            if spins >= MAX_SPINS:
+                    & (waited < LIMIT):
+                if PTX:
+                    waited = _clock(PTX) - start
+                else:
+                    waited += 1
+            if waited >= LIMIT:
                 tl.atomic_xchg(error_ptr, 1)
     tl.debug_barrier()
-    return (own + flag_bytes).to(tl.pointer_type(dtype)) + first_slot * slot_elems
+    return _buffer(addrs_ptr, rank, flag_bytes, dtype) + first_slot * slot_elems
 
 
 @triton.jit
@@ -114,9 +148,9 @@ def _sum_of_parts(x_ptr, slots, idx, mask, rank, slot_elems, WORLD: tl.constexpr
 @triton.jit
 def _one_shot_all_reduce_kernel(x_ptr, residual_ptr, out_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes,
                                 slot_elems, WORLD: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
-                                MAX_SPINS: tl.constexpr):
+                                LIMIT: tl.constexpr, PTX: tl.constexpr):
     slots = _push_and_wait(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes, slot_elems, BLOCK, WORLD, BLOCK,
-                           MAX_SPINS)
+                           LIMIT, PTX)
     dtype = x_ptr.dtype.element_ty
     lanes = tl.arange(0, BLOCK)
     for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):   # 4. the sum, all local
@@ -130,10 +164,10 @@ def _one_shot_all_reduce_kernel(x_ptr, residual_ptr, out_ptr, n, addrs_ptr, epoc
 @triton.jit
 def _one_shot_all_reduce_norm_kernel(x_ptr, residual_ptr, normed_ptr, weight_ptr, eps, n, addrs_ptr, epochs_ptr,
                                      error_ptr, rank, flag_bytes, slot_elems, HIDDEN: tl.constexpr,
-                                     WORLD: tl.constexpr, BLOCK: tl.constexpr, MAX_SPINS: tl.constexpr):
+                                     WORLD: tl.constexpr, BLOCK: tl.constexpr, LIMIT: tl.constexpr, PTX: tl.constexpr):
     """residual += sum of x over the ranks; normed = RMSNorm(residual) * weight: a program per row."""
     slots = _push_and_wait(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes, slot_elems, HIDDEN, WORLD,
-                           BLOCK, MAX_SPINS)
+                           BLOCK, LIMIT, PTX)
     dtype = x_ptr.dtype.element_ty
     cols = tl.arange(0, BLOCK)
     in_row = cols < HIDDEN
@@ -148,6 +182,13 @@ def _one_shot_all_reduce_norm_kernel(x_ptr, residual_ptr, normed_ptr, weight_ptr
         tl.store(normed_ptr + idx, (weight * scaled.to(tl.float32)).to(dtype), mask=in_row)   # then scale
 
 
+def _wait_limit(wait_s: float) -> dict:
+    """The kernels' LIMIT and PTX for a wait of wait_s: ns by the GPU's clock, or under the Triton interpreter
+    (no clock) one poll per millisecond."""
+    return {"LIMIT": round(wait_s * 1e9), "PTX": True} if _PTX else {"LIMIT": max(1, round(wait_s * 1e3)),
+                                                                         "PTX": False}
+
+
 def buffer_bytes(world: int, max_bytes: int, flag_bytes: int) -> int:
     """One rank's buffer: the flags, then two sets (by parity) of one slot per rank."""
     return flag_bytes + 2 * world * max_bytes
@@ -155,7 +196,7 @@ def buffer_bytes(world: int, max_bytes: int, flag_bytes: int) -> int:
 
 def one_shot_all_reduce(x: torch.Tensor, addrs: torch.Tensor, epochs: torch.Tensor, error: torch.Tensor,
                         rank: int, world: int, flag_bytes: int, max_bytes: int, residual: torch.Tensor | None = None,
-                        max_spins: int = MAX_SPINS, shape: tuple[int, int] | None = None) -> torch.Tensor:
+                        wait_s: float = WAIT_S, shape: tuple[int, int] | None = None) -> torch.Tensor:
     """Sum of x over the ranks (+ residual), written into residual if given, else into x; returns it.
 
     `addrs[r]`: rank r's buffer (`buffer_bytes`); each slot holds `max_bytes`.
@@ -166,14 +207,14 @@ def one_shot_all_reduce(x: torch.Tensor, addrs: torch.Tensor, epochs: torch.Tens
     block, warps = shape or (BLOCK, WARPS)
     _one_shot_all_reduce_kernel[(programs,)](x, out, out, x.numel(), addrs, epochs, error, rank, flag_bytes,
                                              max_bytes // x.element_size(), WORLD=world,
-                                             HAS_RESIDUAL=residual is not None, BLOCK=block, MAX_SPINS=max_spins,
-                                             num_warps=warps)
+                                             HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=warps,
+                                             **_wait_limit(wait_s))
     return out
 
 
 def one_shot_all_reduce_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
                              addrs: torch.Tensor, epochs: torch.Tensor, error: torch.Tensor, rank: int, world: int,
-                             flag_bytes: int, max_bytes: int, max_spins: int = MAX_SPINS,
+                             flag_bytes: int, max_bytes: int, wait_s: float = WAIT_S,
                              warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(stream, normed): stream = residual + sum of x over the ranks (written into residual),
     normed = rms_norm(stream) * weight, for x and residual of [rows, hidden].
@@ -185,6 +226,6 @@ def one_shot_all_reduce_norm(x: torch.Tensor, residual: torch.Tensor, weight: to
     normed = torch.empty_like(x)
     _one_shot_all_reduce_norm_kernel[(epochs.numel(),)](
         x, residual, normed, weight, eps, x.numel(), addrs, epochs, error, rank, flag_bytes,
-        max_bytes // x.element_size(), HIDDEN=hidden, WORLD=world, BLOCK=block, MAX_SPINS=max_spins,
-        num_warps=warps or max(4, min(16, block // 256)))
+        max_bytes // x.element_size(), HIDDEN=hidden, WORLD=world, BLOCK=block,
+        num_warps=warps or max(4, min(16, block // 256)), **_wait_limit(wait_s))
     return residual, normed

@@ -36,8 +36,8 @@ def simulated_rank0(n: int, max_bytes: int, epochs: torch.Tensor, bufs, rank1_da
     addrs = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64)
     if norm is not None:
         return one_shot_all_reduce_norm(x, residual, *norm, addrs, epochs, error, 0, 2, FLAG_BYTES, max_bytes,
-                                        max_spins=50)
-    return one_shot_all_reduce(x, addrs, epochs, error, 0, 2, FLAG_BYTES, max_bytes, residual=residual, max_spins=50)
+                                        wait_s=0.05)
+    return one_shot_all_reduce(x, addrs, epochs, error, 0, 2, FLAG_BYTES, max_bytes, residual=residual, wait_s=0.05)
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="runs under the Triton interpreter")
@@ -103,6 +103,79 @@ def test_all_reduce_with_the_norm_fused_in_under_the_interpreter():
         pushed = bufs[1][FLAG_BYTES // 4 + first_slot * (max_bytes // 4):][:n]
         assert torch.equal(pushed, mine.flatten()), f"call {call}: my rows are not in my slot of rank 1's buffer"
     assert error.item() == 0
+
+
+def back_to_back(ar, rank: int, generator, shared, failures: list) -> None:
+    """As a decode step runs them: 72 calls in a graph, plain (with a residual) and with the norm fused in by
+    turns, at 64 and 256 rows, the graph replayed 100 times with no pause; then no wait gave up, the ranks
+    hold the same bits, and a fresh call still sums right."""
+    import torch.distributed as dist
+    for rows in (64, 256):
+        x = torch.randn(rows, 4096, device="cuda", generator=generator).to(torch.bfloat16)
+        stream = torch.randn(rows, 4096, device="cuda", generator=shared).to(torch.bfloat16)
+        weight = torch.linspace(0.5, 1.5, 4096, device="cuda").to(torch.bfloat16)
+        ar(x, residual=stream)
+        ar.add_norm(x, stream, weight, 1e-6)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(36):
+                ar(x, residual=stream)
+                _, normed = ar.add_norm(x, stream, weight, 1e-6)
+        for _ in range(100):
+            graph.replay()
+        torch.cuda.synchronize()
+        if ar.error.item():
+            failures.append(f"back to back, {rows} rows: a wait gave up")
+            return
+        parts = [torch.empty_like(normed) for _ in range(2)]
+        dist.all_gather(parts, normed)
+        if not torch.equal(parts[0], parts[1]):
+            failures.append(f"back to back, {rows} rows: the ranks' normed rows differ")
+        del graph
+        y = torch.randn(rows, 4096, device="cuda", generator=generator).to(torch.bfloat16)
+        inputs = [torch.empty_like(y) for _ in range(2)]
+        dist.all_gather(inputs, y)
+        if not torch.equal(ar(y), (inputs[0].float() + inputs[1].float()).to(torch.bfloat16)):
+            failures.append(f"back to back, {rows} rows: a call after them sums wrong")
+
+
+def a_late_peer_is_waited_for(ar, rank: int, generator, failures: list) -> None:
+    """Rank 1 comes 10 s late (a peer compiling a kernel): rank 0 waits for it, and the sum is right."""
+    import time
+    import torch.distributed as dist
+    y = torch.randn(64, 4096, device="cuda", generator=generator).to(torch.bfloat16)
+    inputs = [torch.empty_like(y) for _ in range(2)]
+    dist.all_gather(inputs, y)
+    torch.cuda.synchronize()
+    if rank == 1:
+        time.sleep(10)
+    ar(y)
+    torch.cuda.synchronize()
+    if ar.error.item() or not torch.equal(y, (inputs[0].float() + inputs[1].float()).to(torch.bfloat16)):
+        failures.append("a peer 10 s late was given up on, or the sum was wrong")
+
+
+def a_missing_peer_is_given_up_on(rank: int, control, failures: list) -> None:
+    """Rank 0 calls alone, with a limit of 0.5 s: the wait ends after about that long, and the error is raised."""
+    import time
+    import torch.distributed as dist
+    from reference.distributed.custom_all_reduce import OneShotAllReduce
+    from reference.kernels.all_reduce import one_shot_all_reduce
+    alone = OneShotAllReduce(rank, 2, torch.bfloat16, 64 * 4096 * 2, control)
+    if rank == 0:
+        y = torch.ones(64, 4096, device="cuda", dtype=torch.bfloat16)
+        args = (alone.addrs, alone.epochs, alone.error, 0, 2, alone.flag_bytes, alone.max_bytes)
+        one_shot_all_reduce(y, *args, wait_s=0.5)  # compiles (and gives up)
+        torch.cuda.synchronize()
+        alone.error.zero_()
+        start = time.monotonic()
+        one_shot_all_reduce(y, *args, wait_s=0.5)
+        torch.cuda.synchronize()
+        took = time.monotonic() - start
+        if alone.error.item() != 1 or not 0.4 < took < 5:
+            failures.append(f"alone: error {alone.error.item()} after {took:.2f} s (want 1 after ~0.5 s)")
+    dist.barrier(group=control)
+    alone.close()
 
 
 def _rank(rank: int, init_file: str, result_file: str) -> None:
@@ -177,7 +250,10 @@ def _rank(rank: int, init_file: str, result_file: str) -> None:
     if ar.error.item():
         failures.append("a wait gave up")
     del graph
+    back_to_back(ar, rank, generator, shared, failures)
+    a_late_peer_is_waited_for(ar, rank, generator, failures)
     ar.close()
+    a_missing_peer_is_given_up_on(rank, control, failures)
     dist.destroy_process_group()
     if rank == 0:
         with open(result_file, "w") as f:
