@@ -739,9 +739,18 @@ def bench_engine(model: str, vocab: int, tp: int, reps: int, sync_reps: int = in
 
 
 def summarize(results: dict, names: tuple[str, str]) -> dict:
-    """Per batch: median tok/s of the async runs of each engine, and the ratios run by run."""
+    """Per batch: median tok/s of the async runs of each engine, and the ratios run by run.
+
+    Marked invalid when an engine's one-shot all-reduce gave up a wait: from then on its calls no longer wait
+    for the peer, so its steps skip the synchronization they measure (the seventh stop's data-as-flag kernel
+    gave up during its build, and its ratios looked better than any before).
+    """
     base, other = results[names[0]], results[names[1]]
     out = {}
+    gave_up = [name for name in names if results[name].get("custom_error_flag")]
+    if gave_up:
+        out["INVALID"] = (f"{', '.join(gave_up)}: a one-shot all-reduce wait gave up (error flag set); later calls "
+                          "did not wait for the peer, so these figures do not measure a synchronized all-reduce")
     for batch in BATCHES:
         a = [r["output_tok_per_s"] for r in base["runs"] if r["batch"] == batch and r["scheduling"] == "async"]
         b = [r["output_tok_per_s"] for r in other["runs"] if r["batch"] == batch and r["scheduling"] == "async"]
