@@ -105,7 +105,15 @@ def test_all_reduce_with_the_norm_fused_in_under_the_interpreter():
     assert error.item() == 0
 
 
-def back_to_back(ar, rank: int, generator, shared, failures: list) -> None:
+def exact_sum(x: torch.Tensor) -> torch.Tensor:
+    """Both ranks' x summed in fp32 and rounded once (what the one-shot kernel must give); collective (NCCL)."""
+    import torch.distributed as dist
+    parts = [torch.empty_like(x) for _ in range(2)]
+    dist.all_gather(parts, x)
+    return (parts[0].float() + parts[1].float()).to(x.dtype)
+
+
+def back_to_back(ar, generator, shared, failures: list) -> None:
     """As a decode step runs them: 72 calls in a graph, plain (with a residual) and with the norm fused in by
     turns, at 64 and 256 rows, the graph replayed 100 times with no pause; then no wait gave up, the ranks
     hold the same bits, and a fresh call still sums right."""
@@ -133,25 +141,22 @@ def back_to_back(ar, rank: int, generator, shared, failures: list) -> None:
             failures.append(f"back to back, {rows} rows: the ranks' normed rows differ")
         del graph
         y = torch.randn(rows, 4096, device="cuda", generator=generator).to(torch.bfloat16)
-        inputs = [torch.empty_like(y) for _ in range(2)]
-        dist.all_gather(inputs, y)
-        if not torch.equal(ar(y), (inputs[0].float() + inputs[1].float()).to(torch.bfloat16)):
+        expected = exact_sum(y)       # before the call: it sums in place
+        if not torch.equal(ar(y), expected):
             failures.append(f"back to back, {rows} rows: a call after them sums wrong")
 
 
 def a_late_peer_is_waited_for(ar, rank: int, generator, failures: list) -> None:
     """Rank 1 comes 10 s late (a peer compiling a kernel): rank 0 waits for it, and the sum is right."""
     import time
-    import torch.distributed as dist
     y = torch.randn(64, 4096, device="cuda", generator=generator).to(torch.bfloat16)
-    inputs = [torch.empty_like(y) for _ in range(2)]
-    dist.all_gather(inputs, y)
+    expected = exact_sum(y)
     torch.cuda.synchronize()
     if rank == 1:
         time.sleep(10)
     ar(y)
     torch.cuda.synchronize()
-    if ar.error.item() or not torch.equal(y, (inputs[0].float() + inputs[1].float()).to(torch.bfloat16)):
+    if ar.error.item() or not torch.equal(y, expected):
         failures.append("a peer 10 s late was given up on, or the sum was wrong")
 
 
@@ -202,9 +207,7 @@ def _rank(rank: int, init_file: str, result_file: str) -> None:
             if rows * width * 2 > ar.max_bytes:
                 continue
             x = torch.randn(rows, width, device="cuda", generator=generator).to(torch.bfloat16)
-            inputs = [torch.empty_like(x) for _ in range(2)]
-            dist.all_gather(inputs, x)
-            expected = (inputs[0].float() + inputs[1].float()).to(torch.bfloat16)
+            expected = exact_sum(x)
             residual = torch.randn(rows, width, device="cuda", generator=generator).to(torch.bfloat16)
             with_residual = residual + expected        # what residual + all_reduce(x) gives
             y = x.clone()
@@ -236,9 +239,7 @@ def _rank(rank: int, init_file: str, result_file: str) -> None:
             ar(static)
     for replay in range(4):
         x = torch.randn(64, 4096, device="cuda", generator=generator).to(torch.bfloat16)
-        inputs = [torch.empty_like(x) for _ in range(2)]
-        dist.all_gather(inputs, x)
-        expected = (inputs[0].float() + inputs[1].float()).to(torch.bfloat16)
+        expected = exact_sum(x)
         expected = (expected.float() * 2).to(torch.bfloat16)      # each later call sums two equal halves
         expected = (expected.float() * 2).to(torch.bfloat16)
         static.copy_(x)
@@ -250,7 +251,7 @@ def _rank(rank: int, init_file: str, result_file: str) -> None:
     if ar.error.item():
         failures.append("a wait gave up")
     del graph
-    back_to_back(ar, rank, generator, shared, failures)
+    back_to_back(ar, generator, shared, failures)
     a_late_peer_is_waited_for(ar, rank, generator, failures)
     ar.close()
     a_missing_peer_is_given_up_on(rank, control, failures)
