@@ -2,9 +2,9 @@
 
 Today a TP=2 decode step runs, per row-parallel layer (o_proj, down_proj),
 a cuBLAS GEMM and then the one-shot all-reduce + residual + RMSNorm kernel
-(reference/kernels/all_reduce.py), which first pushes the GEMM's whole
-output to the other GPU, then flags it, then waits for the other GPU's
-flag. Here the GEMM's epilogue pushes each output tile to the other GPU as
+(reference/kernels/all_reduce.py), which, when this probe was written,
+first pushed the GEMM's whole output to the other GPU, then flagged it,
+then waited for the other GPU's flag (it now polls the data itself). Here the GEMM's epilogue pushes each output tile to the other GPU as
 it is written (so the push overlaps the rest of the GEMM) and flags that
 tile; the kernel after it only waits for the tiles of its rows, sums, adds
 the residual and normalizes. The price: a Triton GEMM in place of cuBLAS.
@@ -41,8 +41,6 @@ import triton.language as tl
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-from reference.kernels.all_reduce import _sum_of_parts  # noqa: E402
 
 HIDDEN, LAYERS = 4096, 36
 SHARDS = {"o": 2048, "down": 6144}          # K of each row-parallel shard at TP=2 (N = HIDDEN)
@@ -120,6 +118,20 @@ def _gemm_push_kernel(x_ptr, w_ptr, y_ptr, ws_ptr, count_ptr, M, N, K_SPLIT, str
 
 
 @triton.jit
+def _sum_of_flagged_parts(y_ptr, slots, idx, mask, rank, slot_elems, WORLD: tl.constexpr, BLOCK: tl.constexpr):
+    """Sum over the ranks of their parts at idx, in fp32, rank 0 first, the peers' parts already flagged as
+    there (the engine's kernel waits on the data itself instead, so it cannot serve here)."""
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for p in tl.static_range(WORLD):
+        if p == rank:
+            part = tl.load(y_ptr + idx, mask=mask, other=0.0)
+        else:
+            part = tl.load(slots + p * slot_elems + idx, mask=mask, other=0.0, cache_modifier=".cg")
+        acc += part.to(tl.float32)
+    return acc
+
+
+@triton.jit
 def _wait_sum_norm_kernel(y_ptr, residual_ptr, normed_ptr, weight_ptr, eps, M, addrs_ptr, epochs_ptr, error_ptr,
                           rank, flags_offset, data_offset, slot_elems, max_tiles, n_blocks, gemm_block_m,
                           HIDDEN: tl.constexpr, WORLD: tl.constexpr, BLOCK: tl.constexpr, NB: tl.constexpr,
@@ -129,6 +141,7 @@ def _wait_sum_norm_kernel(y_ptr, residual_ptr, normed_ptr, weight_ptr, eps, M, a
     programs = tl.num_programs(0)
     dtype = y_ptr.dtype.element_ty
     epoch = tl.load(epochs_ptr + pid) + 1
+    tl.debug_barrier()      # every warp has read the call number before it changes (the engine's kernel says why)
     tl.store(epochs_ptr + pid, epoch)
     first_slot = (epoch % 2) * WORLD
     own = tl.load(addrs_ptr + rank)
@@ -157,7 +170,7 @@ def _wait_sum_norm_kernel(y_ptr, residual_ptr, normed_ptr, weight_ptr, eps, M, a
                                       is_pure=False, pack=1)
         tl.debug_barrier()
         idx = row * HIDDEN + cols
-        y = _sum_of_parts(y_ptr, slots, idx, in_row, rank, slot_elems, WORLD, BLOCK).to(dtype)   # the engine's sum
+        y = _sum_of_flagged_parts(y_ptr, slots, idx, in_row, rank, slot_elems, WORLD, BLOCK).to(dtype)
         stream = (y.to(tl.float32) + tl.load(residual_ptr + idx, mask=in_row, other=0.0).to(tl.float32)).to(dtype)
         tl.store(residual_ptr + idx, stream, mask=in_row)
         s = stream.to(tl.float32)

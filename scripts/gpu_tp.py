@@ -154,7 +154,7 @@ def _launch_shape_sweep(custom, x: torch.Tensor, per_graph: int) -> dict:
     out = {}
     for block, warps in ((2048, 4), (2048, 8), (4096, 8), (4096, 16), (8192, 16), (8192, 32)):
         call = lambda: one_shot_all_reduce(x, custom.addrs, custom.epochs, custom.error, custom.rank, custom.world,
-                                           custom.flag_bytes, custom.max_bytes, shape=(block, warps))
+                                           custom.max_bytes, shape=(block, warps))
         graph = _graph_of(call, per_graph)
         out[f"{block}x{warps}"] = round(_time_cuda(graph.replay, 10) * 1e3 / per_graph, 2)
         del graph
@@ -194,7 +194,7 @@ def _grid_sweep(rank: int, control, hidden: int, per_graph: int) -> dict:
     out: dict = {}
     for programs in (128, 2 * sms, 4 * sms):
         custom = OneShotAllReduce(rank, 2, torch.bfloat16, 256 * hidden * 2, control, programs=programs)
-        args = (custom.addrs, custom.epochs, custom.error, rank, 2, custom.flag_bytes, custom.max_bytes)
+        args = (custom.addrs, custom.epochs, custom.error, rank, 2, custom.max_bytes)
         wait_s = 1.0     # a grid that cannot be resident at once gives up in 1 s, and fails the check
         row: dict = {}
         per_sm = -(-programs // sms)
@@ -307,7 +307,7 @@ def _allreduce_rank(rank: int, init_file: str, result_file: str) -> None:
                             device_id=torch.device("cuda", rank))
     control = dist.new_group(backend="gloo")
     hidden, per_graph = QWEN3_8B["hidden_size"], 2 * QWEN3_8B["num_hidden_layers"]
-    custom = OneShotAllReduce(rank, 2, torch.bfloat16, 256 * hidden * 2, control) if usable(2) else None
+    custom = OneShotAllReduce(rank, 2, torch.bfloat16, 256 * hidden * 2, control) if usable(2, torch.bfloat16) else None
     rows: dict = {}
     for tokens in (1, 16, 64, 256, 2048, 8192):   # 8192: a prefill step of max_num_batched_tokens
         row: dict = {"bytes": tokens * hidden * 2}

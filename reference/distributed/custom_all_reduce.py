@@ -1,7 +1,7 @@
 """The buffers behind the one-shot all-reduce (reference/kernels/all_reduce.py): CUDA IPC between the ranks.
 
-Each rank allocates one buffer with the CUDA driver (flags, then a slot per
-rank, twice), and exports it as an IPC handle; the ranks swap handles over the
+Each rank allocates one buffer with the CUDA driver (a slot per rank, twice,
+every element set to the kernel's "empty" value), and exports it as an IPC handle; the ranks swap handles over the
 gloo group, and each opens the others' (`cuIpcOpenMemHandle`, with peer
 access): a kernel on GPU r can then read and write GPU p's buffer by address.
 The driver is called through ctypes, so nothing here needs compiling.
@@ -31,11 +31,6 @@ MAX_PROGRAMS = 128
 IPC_LAZY_ENABLE_PEER_ACCESS = 1
 
 
-def flag_bytes(programs: int) -> int:
-    """The flags' area at a buffer's start: flags[source rank][program], int32, for up to 8 ranks (256-aligned)."""
-    return -(-8 * programs * 4 // 256) * 256
-
-
 class _IpcHandle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_ubyte * 64)]   # bytes, NULs included (a c_char array would stop at one)
 
@@ -46,7 +41,8 @@ class _Driver:
     def __init__(self):
         self.lib = ctypes.CDLL("libcuda.so.1")
         ptr, size = ctypes.c_uint64, ctypes.c_size_t
-        signatures = {"cuMemAlloc_v2": [ctypes.POINTER(ptr), size], "cuMemsetD8_v2": [ptr, ctypes.c_ubyte, size],
+        signatures = {"cuMemAlloc_v2": [ctypes.POINTER(ptr), size], "cuMemsetD16_v2": [ptr, ctypes.c_ushort, size],
+                      "cuMemsetD32_v2": [ptr, ctypes.c_uint, size],
                       "cuMemFree_v2": [ptr], "cuIpcGetMemHandle": [ctypes.POINTER(_IpcHandle), ptr],
                       "cuIpcOpenMemHandle_v2": [ctypes.POINTER(ptr), _IpcHandle, ctypes.c_uint],
                       "cuIpcCloseMemHandle": [ptr]}
@@ -60,10 +56,12 @@ class _Driver:
         if result != 0:
             raise RuntimeError(f"CUDA driver call {name} failed with error {result}")
 
-    def alloc(self, size: int) -> int:
+    def alloc(self, size: int, element_size: int, fill: int) -> int:
+        """`size` bytes, every element of `element_size` bytes (2 or 4) set to the bits `fill`."""
         ptr = ctypes.c_uint64()
         self._call("cuMemAlloc_v2", ctypes.byref(ptr), size)
-        self._call("cuMemsetD8_v2", ptr.value, 0, size)
+        bits = fill & ((1 << (8 * element_size)) - 1)
+        self._call("cuMemsetD16_v2" if element_size == 2 else "cuMemsetD32_v2", ptr.value, bits, size // element_size)
         return ptr.value
 
     def free(self, ptr: int) -> None:
@@ -88,9 +86,9 @@ def wanted() -> bool:
     return os.environ.get("INFERLAB_TP_ALL_REDUCE", "custom") != "nccl"
 
 
-def usable(world: int) -> bool:
-    """CUDA, Triton, 2..8 ranks, and peer access between this GPU and every other."""
-    if not (torch.cuda.is_available() and 2 <= world <= 8):
+def usable(world: int, dtype: torch.dtype) -> bool:
+    """CUDA, Triton, 2..8 ranks, elements of 2 or 4 bytes, and peer access between this GPU and every other."""
+    if not (torch.cuda.is_available() and 2 <= world <= 8 and dtype.itemsize in (2, 4)):
         return False
     try:
         import triton  # noqa: F401
@@ -107,17 +105,17 @@ class OneShotAllReduce:
                  programs: int | None = None):
         """`programs`: the grid of every call; by default one program per SM, at most MAX_PROGRAMS. A probe may
         ask for more, as long as all of them fit on the GPU at once (a program that waits holds its SM)."""
-        from reference.kernels.all_reduce import buffer_bytes, one_shot_all_reduce, one_shot_all_reduce_norm
+        from reference.kernels.all_reduce import buffer_bytes, empty_value, one_shot_all_reduce, one_shot_all_reduce_norm
         self._kernel, self._norm_kernel = one_shot_all_reduce, one_shot_all_reduce_norm
         self.rank, self.world, self.dtype = rank, world, dtype
         self.max_bytes = -(-max_bytes // 256) * 256
         self.driver = _Driver()
         torch.cuda.synchronize()
         sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-        self.flag_bytes = flag_bytes(programs or MAX_PROGRAMS)   # the same on every rank: it places the slots
         programs = programs or min(MAX_PROGRAMS, sms)
-        self.own = self.driver.alloc(buffer_bytes(world, self.max_bytes, self.flag_bytes))
-        torch.cuda.synchronize()    # the zeroing done before a peer can write here: it would erase a flag
+        size = dtype.itemsize
+        self.own = self.driver.alloc(buffer_bytes(world, self.max_bytes), size, empty_value(size))
+        torch.cuda.synchronize()    # the memset done before a peer can write: it would erase what came
         mine = (self.driver.export(self.own), programs)
         everyone: list = [None] * world
         dist.all_gather_object(everyone, mine, group=group)
@@ -137,8 +135,8 @@ class OneShotAllReduce:
 
     def __call__(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """Sum of x over the ranks, in place; with `residual`, residual + that sum, written into residual."""
-        return self._kernel(x, self.addrs, self.epochs, self.error, self.rank, self.world, self.flag_bytes,
-                            self.max_bytes, residual=residual)
+        return self._kernel(x, self.addrs, self.epochs, self.error, self.rank, self.world, self.max_bytes,
+                            residual=residual)
 
     def add_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +145,7 @@ class OneShotAllReduce:
         The caller checks `fits(x, residual)` and that x has rows of weight's length.
         """
         return self._norm_kernel(x, residual, weight, eps, self.addrs, self.epochs, self.error, self.rank,
-                                 self.world, self.flag_bytes, self.max_bytes)
+                                 self.world, self.max_bytes)
 
     def close(self) -> None:
         """Unmap the peers' buffers and free ours (the device must be idle: no kernel may still read them)."""
@@ -161,7 +159,7 @@ class OneShotAllReduce:
 
 def set_up(rank: int, world: int, dtype: torch.dtype, max_bytes: int, group) -> OneShotAllReduce | None:
     """Build the one-shot all-reduce if every rank can use it, else None (all ranks agree: this is collective)."""
-    mine = wanted() and usable(world)
+    mine = wanted() and usable(world, dtype)
     everyone: list = [None] * world
     dist.all_gather_object(everyone, mine, group=group)
     if not all(everyone):

@@ -8,39 +8,50 @@ able to reach every other GPU's memory (CUDA IPC, peer access over NVLink),
 one kernel does it in one round (as vLLM's custom all-reduce does):
 
     1. write my x into my slot of every peer's buffer           (remote stores)
-    2. tell every peer "my data for call e is there"             (a flag in the peer's memory)
-    3. wait until every peer told me the same                    (spin on my own flags)
-    4. out = sum over ranks 0..N-1 of their parts, in fp32       (local reads only)
+    2. wait until every peer's part is in my buffer              (polling the data itself; see below)
+    3. out = sum over ranks 0..N-1 of their parts, in fp32       (local reads only)
        (+ the residual stream, when given: the add that ends a transformer block)
        (+ the RMSNorm that follows that add, in `one_shot_all_reduce_norm`: a program per row)
+    4. reset what I read to "empty", for the call after next    (local stores)
 
 Push, not pull: a remote store is posted and forgotten, where a remote load
-waits a round trip over NVLink; a first version that read the peers' buffers
-ran at about 40 GB/s (docs/performance.md). Each rank sums in the same order
-(rank 0 first), so all ranks get the same bits, which tensor parallelism
-needs: each continues from its own copy. With a residual the sum is rounded
-to the dtype first and then added in fp32 and rounded again, which is what
-`residual + all_reduce(x)` computes, bit for bit.
+waits a round trip over NVLink (a first version that read the peers' buffers
+was several times slower: docs/performance.md). Each rank sums in the same
+order (rank 0 first), so all ranks get the same bits, which tensor
+parallelism needs: each continues from its own copy. With a residual the sum
+is rounded to the dtype first and then added in fp32 and rounded again,
+which is what `residual + all_reduce(x)` computes, bit for bit.
+
+The data is its own flag (the "Lamport" scheme of TensorRT-LLM's
+all-reduce): an empty slot holds a value no part ever has, -0.0 (the sign
+bit alone), and a reader polls each element until it is no longer that.
+Parts are sent with -0.0 made +0.0, which changes no sum (the fp32
+accumulator starts at +0.0, and +0.0 + -0.0 is +0.0). The earlier version
+wrote the data, then a flag, and the reader spun on the flag; to be sure
+the data had landed before the flag, the writer had to wait for its stores
+to be acknowledged (a release fence over the system), so a call paid about
+three trips over NVLink where this pays one. The price: every element is
+read until it has come, and written back to "empty" after use.
 
 The handshake must work inside a CUDA graph, where a kernel's arguments are
 frozen: the call number e lives in device memory (`epochs`, one counter per
-program, bumped by the kernel itself). Flags only grow, so nothing is ever
-reset. Two sets of slots alternate (by e's parity): a rank may write call
-e+1 while a slow peer still reads call e; by call e+2 that peer has finished
-call e (it has started e+1, and one stream runs one kernel after the other,
-so all of its call e is done). Flags and call numbers are kept per program,
-and program p of one rank waits only for program p of the others: so every
-call, of either kernel, runs the same grid (`programs`), whatever the size;
+program, bumped by the kernel itself). Two sets of slots alternate (by e's
+parity): a peer may write call e+1 while I still read call e. It cannot
+write call e+2 (into the set I am reading) before it has my part of call
+e+1, which I send only after my call e, reset included, has finished (one
+stream runs one kernel after the other). Every call, of either kernel, runs
+the same grid (`programs`), so that the programs' call numbers stay equal;
 how a call shares its elements among the programs may differ (chunks of
-BLOCK, or rows when it normalizes them).
+BLOCK, or rows when it normalizes them), since a reader waits for data, not
+for a particular writer.
 
-Why a flag, when the data could be its own flag (an empty slot holds -0.0
-and a reader polls the elements until none is -0.0, TensorRT-LLM's
-"Lamport" all-reduce, one trip over NVLink instead of about three): measured,
-that kernel took 4.4 against 7.2 us at 64 tokens, but in the engine both
-ranks sometimes waited at the same warm-up call for parts that never came,
-and the cause was not found (docs/performance.md, the seventh stop). A
-wrong all-reduce is worse than a slow one.
+Every warp of a program must see the same call number, so the bump waits
+at a barrier between the read and the write. Without it a warp that started
+late read the number its program had already bumped, and pushed and polled
+the other parity's slots: its peer waited for a part that had gone to the
+wrong set, and both ranks gave up at once. It happened rarely, in the
+engine's eager warm-up, never in the tests that replayed graphs
+(docs/performance.md, the eighth stop). The flag version raced the same way.
 
 Fusing the norm saves a launch and a pass over the stream per all-reduce
 (73 of each per decode step of Qwen3-8B). Its price: the norm's sum of
@@ -52,8 +63,8 @@ after `WAIT_S` seconds by the GPU's clock and raises `error[0]`, and once it
 is raised no call waits again (a graph holds dozens of these calls); the
 results are then garbage, and the host finds the dead worker before the next
 step. The limit is in seconds, not in polls, because a poll's cost varies
-with the GPU and the kernel. Under the Triton interpreter, which cannot run
-inline PTX, a wait counts polls instead.
+with the chunk and the GPU. Under the Triton interpreter, which cannot read
+the GPU's clock, a wait counts polls instead.
 """
 from __future__ import annotations
 
@@ -68,7 +79,38 @@ import triton.language as tl
 # 64 tokens 8 are as fast or faster (the sweep in scripts/gpu_tp.py; figures in docs/performance.md).
 BLOCK, WARPS = 2048, 8
 WAIT_S = 30.0    # a wait gives up after this long: far beyond a live peer's lag (it may be compiling a kernel)
-_PTX = os.environ.get("TRITON_INTERPRET") != "1"      # inline PTX runs (read as triton.jit reads it: at import)
+_PTX = os.environ.get("TRITON_INTERPRET") != "1"      # read as triton.jit reads it: once, at import
+_BITS = {2: tl.int16, 4: tl.int32}      # an element's bits, by its size in bytes
+
+
+def empty_value(element_size: int) -> int:
+    """An empty slot's element, as an integer of the element's width: the sign bit alone (-0.0)."""
+    return -(1 << (8 * element_size - 1))
+
+
+@triton.jit
+def _buffer(addrs_ptr, r, BITS: tl.constexpr):
+    """Rank r's buffer, as a pointer to elements of BITS, said to be 16-byte aligned (a driver allocation is):
+    loads and stores from it then go 16 bytes at a time, as they do from a tensor argument."""
+    return tl.multiple_of(tl.load(addrs_ptr + r).to(tl.pointer_type(BITS)), 16)
+
+
+@triton.jit
+def _push(x_ptr, n, addrs_ptr, rank, first_slot, slot_elems, BITS: tl.constexpr, EMPTY: tl.constexpr,
+          WIDTH: tl.constexpr, WORLD: tl.constexpr, BLOCK: tl.constexpr):
+    """Step 1 for this program's share of x: pieces of WIDTH elements (WIDTH <= BLOCK) numbered pid,
+    pid + programs, ...: chunks of BLOCK for the plain all-reduce, rows for the one that normalizes rows."""
+    pid = tl.program_id(0)
+    programs = tl.num_programs(0)
+    lanes = tl.arange(0, BLOCK)
+    for p in tl.static_range(WORLD):
+        if p != rank:
+            peer_slot = _buffer(addrs_ptr, p, BITS) + (first_slot + rank) * slot_elems
+            for start in range(pid * WIDTH, n, programs * WIDTH):
+                idx = start + lanes
+                mask = (idx < n) & (lanes < WIDTH)
+                bits = tl.load(x_ptr + idx, mask=mask).to(BITS, bitcast=True)
+                tl.store(peer_slot + idx, tl.where(bits == EMPTY, 0, bits), mask=mask)   # -0.0 goes as +0.0
 
 
 @triton.jit
@@ -81,82 +123,66 @@ def _clock(PTX: tl.constexpr):
 
 
 @triton.jit
-def _buffer(addrs_ptr, r, flag_bytes, dtype: tl.constexpr):
-    """Rank r's slots, as a pointer to dtype, said to be 16-byte aligned (a driver allocation and the flags'
-    256-byte area are): loads and stores through it then move 16 bytes at a time, as they do through a tensor
-    argument, instead of one element (2 bytes in bf16) at a time."""
-    return tl.multiple_of((tl.load(addrs_ptr + r) + flag_bytes).to(tl.pointer_type(dtype)), 16)
+def _arrived(ptr, mask, error_ptr, EMPTY: tl.constexpr, LIMIT: tl.constexpr, PTX: tl.constexpr):
+    """The elements at ptr once none is empty (masked lanes read as 0). Gives up after LIMIT: ns by the GPU's
+    clock, or polls where there is no clock."""
+    bits = tl.load(ptr, mask=mask, other=0, volatile=True)
+    pending = tl.max((bits == EMPTY).to(tl.int32), axis=0)
+    if pending > 0:
+        start = _clock(PTX)
+        waited = tl.where(tl.load(error_ptr, volatile=True) == 0, 0, LIMIT).to(tl.int64)   # given up before: no wait
+        while (pending > 0) & (waited < LIMIT):
+            bits = tl.load(ptr, mask=mask, other=0, volatile=True)
+            pending = tl.max((bits == EMPTY).to(tl.int32), axis=0)
+            if PTX:
+                waited = _clock(PTX) - start
+            else:
+                waited += 1
+        if waited >= LIMIT:
+            tl.atomic_xchg(error_ptr, 1)
+    return bits
 
 
 @triton.jit
-def _push_and_wait(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes, slot_elems, WIDTH: tl.constexpr,
-                   WORLD: tl.constexpr, BLOCK: tl.constexpr, LIMIT: tl.constexpr, PTX: tl.constexpr):
-    """Steps 1-3 for this program's share of x; returns the base of this call's slots in my own buffer.
-
-    The share: x's pieces of WIDTH elements (WIDTH <= BLOCK) number pid, pid + programs, ...:
-    chunks of BLOCK for the plain all-reduce, rows for the one that normalizes rows.
-    """
-    pid = tl.program_id(0)
-    programs = tl.num_programs(0)
+def _sum_of_parts(x_ptr, slots, idx, mask, error_ptr, rank, slot_elems, EMPTY: tl.constexpr, WORLD: tl.constexpr,
+                  BLOCK: tl.constexpr, LIMIT: tl.constexpr, PTX: tl.constexpr):
+    """Steps 2-4 at idx: sum over the ranks of their parts, in fp32, rank 0 first (every rank adds in the same
+    order), each peer's part waited for, then its slot emptied."""
     dtype = x_ptr.dtype.element_ty
-    epoch = tl.load(epochs_ptr + pid) + 1
-    tl.store(epochs_ptr + pid, epoch)
-    first_slot = (epoch % 2) * WORLD          # this call's set of slots: [parity][source rank]
-    lanes = tl.arange(0, BLOCK)
-    for p in tl.static_range(WORLD):                                # 1. my x into my slot of each peer
-        if p != rank:
-            peer_slot = _buffer(addrs_ptr, p, flag_bytes, dtype) + (first_slot + rank) * slot_elems
-            for start in range(pid * WIDTH, n, programs * WIDTH):
-                idx = start + lanes
-                mask = (idx < n) & (lanes < WIDTH)
-                tl.store(peer_slot + idx, tl.load(x_ptr + idx, mask=mask), mask=mask)
-    tl.debug_barrier()
-    for p in tl.static_range(WORLD):                                # 2. my flag in each peer's memory
-        if p != rank:
-            peer_flags = tl.load(addrs_ptr + p).to(tl.pointer_type(tl.int32))
-            tl.atomic_xchg(peer_flags + rank * programs + pid, epoch, sem="release", scope="sys")
-    own = tl.load(addrs_ptr + rank)
-    own_flags = own.to(tl.pointer_type(tl.int32))
-    for p in tl.static_range(WORLD):                                # 3. every peer's flag in mine
-        if p != rank:
-            start = _clock(PTX)
-            waited = tl.where(tl.atomic_add(error_ptr, 0) == 0, 0, LIMIT).to(tl.int64)   # given up before: no wait
-            while (tl.atomic_add(own_flags + p * programs + pid, 0, sem="acquire", scope="sys") < epoch) \
-                    & (waited < LIMIT):
-                if PTX:
-                    waited = _clock(PTX) - start
-                else:
-                    waited += 1
-            if waited >= LIMIT:
-                tl.atomic_xchg(error_ptr, 1)
-    tl.debug_barrier()
-    return _buffer(addrs_ptr, rank, flag_bytes, dtype) + first_slot * slot_elems
-
-
-@triton.jit
-def _sum_of_parts(x_ptr, slots, idx, mask, rank, slot_elems, WORLD: tl.constexpr, BLOCK: tl.constexpr):
-    """Sum over the ranks of their parts at idx, in fp32, rank 0 first (every rank adds in the same order)."""
     acc = tl.zeros([BLOCK], dtype=tl.float32)
     for p in tl.static_range(WORLD):
         if p == rank:
             part = tl.load(x_ptr + idx, mask=mask, other=0.0)
         else:
-            part = tl.load(slots + p * slot_elems + idx, mask=mask, other=0.0, cache_modifier=".cg")
+            part = _arrived(slots + p * slot_elems + idx, mask, error_ptr, EMPTY, LIMIT, PTX).to(dtype, bitcast=True)
+            tl.store(slots + p * slot_elems + idx, tl.full([BLOCK], EMPTY, slots.dtype.element_ty), mask=mask)
         acc += part.to(tl.float32)
     return acc
 
 
 @triton.jit
-def _one_shot_all_reduce_kernel(x_ptr, residual_ptr, out_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes,
-                                slot_elems, WORLD: tl.constexpr, HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
-                                LIMIT: tl.constexpr, PTX: tl.constexpr):
-    slots = _push_and_wait(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes, slot_elems, BLOCK, WORLD, BLOCK,
-                           LIMIT, PTX)
+def _next_call(epochs_ptr, addrs_ptr, rank, slot_elems, BITS: tl.constexpr, WORLD: tl.constexpr):
+    """This program's call number bumped; returns (the first slot of this call's set, my buffer's slots)."""
+    pid = tl.program_id(0)
+    epoch = tl.load(epochs_ptr + pid) + 1
+    tl.debug_barrier()      # every warp has read the old number before it changes (else a late warp sees e+1)
+    tl.store(epochs_ptr + pid, epoch)
+    first_slot = (epoch % 2) * WORLD          # this call's set of slots: [parity][source rank]
+    return first_slot, _buffer(addrs_ptr, rank, BITS) + first_slot * slot_elems
+
+
+@triton.jit
+def _one_shot_all_reduce_kernel(x_ptr, residual_ptr, out_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, slot_elems,
+                                BITS: tl.constexpr, EMPTY: tl.constexpr, WORLD: tl.constexpr,
+                                HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, LIMIT: tl.constexpr, PTX: tl.constexpr):
+    first_slot, slots = _next_call(epochs_ptr, addrs_ptr, rank, slot_elems, BITS, WORLD)
+    _push(x_ptr, n, addrs_ptr, rank, first_slot, slot_elems, BITS, EMPTY, BLOCK, WORLD, BLOCK)
     dtype = x_ptr.dtype.element_ty
     lanes = tl.arange(0, BLOCK)
-    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):   # 4. the sum, all local
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
         idx = start + lanes
-        y = _sum_of_parts(x_ptr, slots, idx, idx < n, rank, slot_elems, WORLD, BLOCK).to(dtype)
+        y = _sum_of_parts(x_ptr, slots, idx, idx < n, error_ptr, rank, slot_elems, EMPTY, WORLD, BLOCK,
+                          LIMIT, PTX).to(dtype)
         if HAS_RESIDUAL:
             y = (y.to(tl.float32) + tl.load(residual_ptr + idx, mask=idx < n, other=0.0).to(tl.float32)).to(dtype)
         tl.store(out_ptr + idx, y, mask=idx < n)
@@ -164,18 +190,20 @@ def _one_shot_all_reduce_kernel(x_ptr, residual_ptr, out_ptr, n, addrs_ptr, epoc
 
 @triton.jit
 def _one_shot_all_reduce_norm_kernel(x_ptr, residual_ptr, normed_ptr, weight_ptr, eps, n, addrs_ptr, epochs_ptr,
-                                     error_ptr, rank, flag_bytes, slot_elems, HIDDEN: tl.constexpr,
-                                     WORLD: tl.constexpr, BLOCK: tl.constexpr, LIMIT: tl.constexpr, PTX: tl.constexpr):
+                                     error_ptr, rank, slot_elems, BITS: tl.constexpr, EMPTY: tl.constexpr,
+                                     HIDDEN: tl.constexpr, WORLD: tl.constexpr, BLOCK: tl.constexpr,
+                                     LIMIT: tl.constexpr, PTX: tl.constexpr):
     """residual += sum of x over the ranks; normed = RMSNorm(residual) * weight: a program per row."""
-    slots = _push_and_wait(x_ptr, n, addrs_ptr, epochs_ptr, error_ptr, rank, flag_bytes, slot_elems, HIDDEN, WORLD,
-                           BLOCK, LIMIT, PTX)
+    first_slot, slots = _next_call(epochs_ptr, addrs_ptr, rank, slot_elems, BITS, WORLD)
+    _push(x_ptr, n, addrs_ptr, rank, first_slot, slot_elems, BITS, EMPTY, HIDDEN, WORLD, BLOCK)
     dtype = x_ptr.dtype.element_ty
     cols = tl.arange(0, BLOCK)
     in_row = cols < HIDDEN
     weight = tl.load(weight_ptr + cols, mask=in_row, other=0.0).to(tl.float32)
-    for start in range(tl.program_id(0) * HIDDEN, n, tl.num_programs(0) * HIDDEN):   # 4. per row, all local
+    for start in range(tl.program_id(0) * HIDDEN, n, tl.num_programs(0) * HIDDEN):   # per row, all local
         idx = start + cols
-        y = _sum_of_parts(x_ptr, slots, idx, in_row, rank, slot_elems, WORLD, BLOCK).to(dtype)
+        y = _sum_of_parts(x_ptr, slots, idx, in_row, error_ptr, rank, slot_elems, EMPTY, WORLD, BLOCK,
+                          LIMIT, PTX).to(dtype)
         stream = (y.to(tl.float32) + tl.load(residual_ptr + idx, mask=in_row, other=0.0).to(tl.float32)).to(dtype)
         tl.store(residual_ptr + idx, stream, mask=in_row)
         s = stream.to(tl.float32)                  # RMSNorm as reference.models.qwen3.rms_norm orders it:
@@ -186,17 +214,19 @@ def _one_shot_all_reduce_norm_kernel(x_ptr, residual_ptr, normed_ptr, weight_ptr
 def _wait_limit(wait_s: float) -> dict:
     """The kernels' LIMIT and PTX for a wait of wait_s: ns by the GPU's clock, or under the Triton interpreter
     (no clock) one poll per millisecond."""
-    return {"LIMIT": round(wait_s * 1e9), "PTX": True} if _PTX else {"LIMIT": max(1, round(wait_s * 1e3)),
-                                                                         "PTX": False}
+    if not _PTX:
+        return {"LIMIT": max(1, round(wait_s * 1e3)), "PTX": 0}
+    return {"LIMIT": round(wait_s * 1e9), "PTX": 1}
 
 
-def buffer_bytes(world: int, max_bytes: int, flag_bytes: int) -> int:
-    """One rank's buffer: the flags, then two sets (by parity) of one slot per rank."""
-    return flag_bytes + 2 * world * max_bytes
+def buffer_bytes(world: int, max_bytes: int) -> int:
+    """One rank's buffer: two sets (by parity) of one slot per rank, each of max_bytes, all empty at the start
+    (every element `empty_value`)."""
+    return 2 * world * max_bytes
 
 
 def one_shot_all_reduce(x: torch.Tensor, addrs: torch.Tensor, epochs: torch.Tensor, error: torch.Tensor,
-                        rank: int, world: int, flag_bytes: int, max_bytes: int, residual: torch.Tensor | None = None,
+                        rank: int, world: int, max_bytes: int, residual: torch.Tensor | None = None,
                         wait_s: float = WAIT_S, shape: tuple[int, int] | None = None) -> torch.Tensor:
     """Sum of x over the ranks (+ residual), written into residual if given, else into x; returns it.
 
@@ -206,8 +236,9 @@ def one_shot_all_reduce(x: torch.Tensor, addrs: torch.Tensor, epochs: torch.Tens
     out = x if residual is None else residual
     programs = epochs.numel()
     block, warps = shape or (BLOCK, WARPS)
-    _one_shot_all_reduce_kernel[(programs,)](x, out, out, x.numel(), addrs, epochs, error, rank, flag_bytes,
-                                             max_bytes // x.element_size(), WORLD=world,
+    size = x.element_size()
+    _one_shot_all_reduce_kernel[(programs,)](x, out, out, x.numel(), addrs, epochs, error, rank, max_bytes // size,
+                                             BITS=_BITS[size], EMPTY=empty_value(size), WORLD=world,
                                              HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=warps,
                                              **_wait_limit(wait_s))
     return out
@@ -215,7 +246,7 @@ def one_shot_all_reduce(x: torch.Tensor, addrs: torch.Tensor, epochs: torch.Tens
 
 def one_shot_all_reduce_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
                              addrs: torch.Tensor, epochs: torch.Tensor, error: torch.Tensor, rank: int, world: int,
-                             flag_bytes: int, max_bytes: int, wait_s: float = WAIT_S,
+                             max_bytes: int, wait_s: float = WAIT_S,
                              warps: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(stream, normed): stream = residual + sum of x over the ranks (written into residual),
     normed = rms_norm(stream) * weight, for x and residual of [rows, hidden].
@@ -225,8 +256,9 @@ def one_shot_all_reduce_norm(x: torch.Tensor, residual: torch.Tensor, weight: to
     hidden = x.shape[-1]
     block = triton.next_power_of_2(hidden)
     normed = torch.empty_like(x)
+    size = x.element_size()
     _one_shot_all_reduce_norm_kernel[(epochs.numel(),)](
-        x, residual, normed, weight, eps, x.numel(), addrs, epochs, error, rank, flag_bytes,
-        max_bytes // x.element_size(), HIDDEN=hidden, WORLD=world, BLOCK=block,
+        x, residual, normed, weight, eps, x.numel(), addrs, epochs, error, rank, max_bytes // size,
+        BITS=_BITS[size], EMPTY=empty_value(size), HIDDEN=hidden, WORLD=world, BLOCK=block,
         num_warps=warps or max(4, min(16, block // 256)), **_wait_limit(wait_s))
     return residual, normed

@@ -1,11 +1,12 @@
 """The one-shot all-reduce (reference/kernels/all_reduce.py).
 
 On the CPU the Triton interpreter runs rank 0's side with rank 1's part
-already in place (its data in its buffer, its flags in rank 0's): the sum,
-the flags rank 0 leaves in rank 1's memory, the alternating halves, and the
-give-up when a peer never comes. On 2 GPUs (marked gpu) two processes
-all-reduce through CUDA IPC, eagerly and inside a CUDA graph, against the
-exact sum, and with the norm fused in against the norm applied afterwards.
+already in place in rank 0's buffer (or not, for a peer that never comes):
+the sum, the part rank 0 leaves in rank 1's buffer (-0.0 sent as +0.0,
+since -0.0 marks an empty slot), the slot emptied after use, the alternating
+halves, and the give-up. On 2 GPUs (marked gpu) two processes all-reduce
+through CUDA IPC, eagerly and inside a CUDA graph, against the exact sum,
+and with the norm fused in against the norm applied afterwards.
 """
 from __future__ import annotations
 
@@ -15,41 +16,51 @@ import tempfile
 import pytest
 import torch
 
-FLAG_BYTES = 4096
+
+def empty_buffers(max_bytes: int) -> list[torch.Tensor]:
+    """Two ranks' buffers of fp32, every element -0.0 (empty), as OneShotAllReduce allocates them."""
+    from reference.kernels.all_reduce import buffer_bytes
+    return [torch.full((buffer_bytes(2, max_bytes) // 4,), -0.0) for _ in range(2)]
 
 
-def simulated_rank0(n: int, max_bytes: int, epochs: torch.Tensor, bufs, rank1_data: torch.Tensor, signal: bool,
+def is_empty(t: torch.Tensor) -> bool:
+    return bool(((t == 0) & torch.signbit(t)).all())
+
+
+def simulated_rank0(n: int, max_bytes: int, epochs: torch.Tensor, bufs, rank1_data: torch.Tensor, arrived: bool,
                     x: torch.Tensor, error: torch.Tensor, residual: torch.Tensor | None = None, norm=None):
-    """Rank 0's call with rank 1's part already pushed into rank 0's buffer (and, if `signal`, its flags set).
+    """Rank 0's call with rank 1's part already pushed into rank 0's buffer if `arrived` (else its slot is empty).
 
     `norm`: (weight, eps) to call the kernel that also normalizes rows (x and residual then [rows, hidden]).
     """
     from reference.kernels.all_reduce import one_shot_all_reduce, one_shot_all_reduce_norm
-    programs = epochs.numel()
     epoch = int(epochs[0]) + 1
     slot = max_bytes // 4
     first_slot = (epoch % 2) * 2
-    data0 = bufs[0][FLAG_BYTES // 4:]
-    data0[(first_slot + 1) * slot:(first_slot + 1) * slot + n] = rank1_data     # rank 1's slot in my buffer
-    if signal:   # rank 1 says: my data for call `epoch` is there
-        bufs[0][:FLAG_BYTES // 4].view(torch.int32)[programs:2 * programs] = epoch
+    if arrived:
+        bufs[0][(first_slot + 1) * slot:(first_slot + 1) * slot + n] = rank1_data    # rank 1's slot in my buffer
     addrs = torch.tensor([b.data_ptr() for b in bufs], dtype=torch.int64)
     if norm is not None:
-        return one_shot_all_reduce_norm(x, residual, *norm, addrs, epochs, error, 0, 2, FLAG_BYTES, max_bytes,
-                                        wait_s=0.05)
-    return one_shot_all_reduce(x, addrs, epochs, error, 0, 2, FLAG_BYTES, max_bytes, residual=residual, wait_s=0.05)
+        return one_shot_all_reduce_norm(x, residual, *norm, addrs, epochs, error, 0, 2, max_bytes, wait_s=0.05)
+    return one_shot_all_reduce(x, addrs, epochs, error, 0, 2, max_bytes, residual=residual, wait_s=0.05)
+
+
+def slots_of(bufs, max_bytes: int, call: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rank 0's part as rank 1 holds it, rank 1's slot in rank 0's buffer) of call number `call`."""
+    slot, first_slot = max_bytes // 4, (call % 2) * 2
+    return bufs[1][first_slot * slot:][:n], bufs[0][(first_slot + 1) * slot:][:n]
 
 
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="runs under the Triton interpreter")
 def test_one_shot_all_reduce_under_the_interpreter():
     pytest.importorskip("triton")
-    from reference.kernels.all_reduce import buffer_bytes
     programs, n, max_bytes = 3, 5000, 4 * 6000
-    bufs = [torch.zeros(buffer_bytes(2, max_bytes, FLAG_BYTES) // 4, dtype=torch.float32) for _ in range(2)]
+    bufs = empty_buffers(max_bytes)
     epochs = torch.zeros(programs, dtype=torch.int32)
     error = torch.zeros(1, dtype=torch.int32)
     for call in (1, 2, 3):
         mine, theirs, residual = torch.randn(n), torch.randn(n), torch.randn(n)
+        mine[7], theirs[7], mine[8] = -0.0, 0.0, -0.0      # a -0.0 of mine must not read as "empty" at rank 1
         x = mine.clone()
         with_residual = call == 3
         out = simulated_rank0(n, max_bytes, epochs, bufs, theirs, True, x, error,
@@ -57,11 +68,11 @@ def test_one_shot_all_reduce_under_the_interpreter():
         expected = mine + theirs
         assert torch.equal(out, expected + residual if with_residual else expected), f"call {call}: wrong sum"
         assert epochs.tolist() == [call] * programs
-        assert bufs[1][:FLAG_BYTES // 4].view(torch.int32)[:programs].tolist() == [call] * programs, \
-            "rank 0 did not tell rank 1 its data was there"
-        first_slot = (call % 2) * 2
-        pushed = bufs[1][FLAG_BYTES // 4 + first_slot * (max_bytes // 4):][:n]
+        pushed, received = slots_of(bufs, max_bytes, call, n)
         assert torch.equal(pushed, mine), f"call {call}: my part is not in my slot of rank 1's buffer"
+        assert not torch.signbit(pushed[7:9]).any(), f"call {call}: -0.0 was sent as is (it means 'empty')"
+        assert is_empty(received), f"call {call}: rank 1's slot was not emptied after use"
+        assert is_empty(bufs[0]), f"call {call}: rank 0's buffer holds something after the call"
     assert error.item() == 0
     x = torch.randn(n)
     simulated_rank0(n, max_bytes, epochs, bufs, torch.randn(n), False, x, error)   # rank 1 never comes
@@ -73,14 +84,13 @@ def test_all_reduce_with_the_norm_fused_in_under_the_interpreter():
     """The stream gets residual + the sum (exactly, in fp32), and the normed rows are rms_norm(stream) * weight.
 
     Rows of 40 (not a power of two: the row is masked), more rows than programs, and calls alternating
-    with the plain kernel on the same flags (each call of either kind moves every program's call number).
+    with the plain kernel on the same call numbers (each call of either kind moves every program's number).
     """
     pytest.importorskip("triton")
-    from reference.kernels.all_reduce import buffer_bytes
     from reference.models.qwen3 import rms_norm
     programs, rows, hidden, max_bytes = 3, 7, 40, 4 * 400
     n = rows * hidden
-    bufs = [torch.zeros(buffer_bytes(2, max_bytes, FLAG_BYTES) // 4, dtype=torch.float32) for _ in range(2)]
+    bufs = empty_buffers(max_bytes)
     epochs = torch.zeros(programs, dtype=torch.int32)
     error = torch.zeros(1, dtype=torch.int32)
     gen = torch.Generator().manual_seed(5)
@@ -99,10 +109,46 @@ def test_all_reduce_with_the_norm_fused_in_under_the_interpreter():
         torch.testing.assert_close(normed, rms_norm(want, weight, eps), rtol=1e-6, atol=1e-6,
                                    msg=f"call {call}: the normed rows are not rms_norm(stream) * weight")
         assert epochs.tolist() == [call] * programs
-        first_slot = (call % 2) * 2
-        pushed = bufs[1][FLAG_BYTES // 4 + first_slot * (max_bytes // 4):][:n]
+        pushed, received = slots_of(bufs, max_bytes, call, n)
         assert torch.equal(pushed, mine.flatten()), f"call {call}: my rows are not in my slot of rank 1's buffer"
+        assert is_empty(bufs[0]), f"call {call}: rank 1's rows were not emptied after use"
     assert error.item() == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_every_warp_of_a_program_takes_the_same_call_number():
+    """Warps 1-3 of a program reach the call-number bump ~10 us after warp 0 (each first follows a chain of
+    dependent loads): all must still take the same number, and the program must bump it by one.
+
+    Before the bump read and wrote the number with no barrier between, a late warp read the number warp 0
+    had already bumped and used the other parity's slots; in the engine that made both ranks wait for parts
+    that had gone to the wrong set (docs/performance.md, the eighth stop).
+    """
+    pytest.importorskip("triton")
+    import triton
+    import triton.language as tl
+    from reference.kernels.all_reduce import _next_call
+
+    @triton.jit
+    def late_warps(epochs_ptr, addrs_ptr, chain_ptr, out_ptr, HOPS: tl.constexpr):
+        lanes = tl.arange(0, 128)                      # 4 warps, one lane per thread
+        hop = tl.zeros([128], dtype=tl.int32)
+        for _ in range(HOPS):                          # warps 1-3 only: warp 0's loads are masked off
+            hop = tl.load(chain_ptr + hop, mask=lanes >= 32, other=0, volatile=True)
+        first_slot, _ = _next_call(epochs_ptr + hop, addrs_ptr, 0, 1, tl.int16, 2)
+        tl.store(out_ptr + lanes, first_slot)
+
+    epochs = torch.zeros(1, dtype=torch.int32, device="cuda")
+    addrs = torch.zeros(2, dtype=torch.int64, device="cuda")
+    chain = torch.zeros(1, dtype=torch.int32, device="cuda")       # every hop leads back to element 0
+    out = torch.full((128,), -1, dtype=torch.int32, device="cuda")
+    for call in range(1, 6):
+        late_warps[(1,)](epochs, addrs, chain, out, HOPS=32, num_warps=4)
+        torch.cuda.synchronize()
+        assert epochs.item() == call, f"call {call}: the call number is {epochs.item()}, not bumped by one"
+        taken = sorted(set(out.tolist()))
+        assert taken == [(call % 2) * 2], f"call {call}: the warps took the sets {taken}, want only {(call % 2) * 2}"
 
 
 def exact_sum(x: torch.Tensor) -> torch.Tensor:
@@ -169,7 +215,7 @@ def a_missing_peer_is_given_up_on(rank: int, control, failures: list) -> None:
     alone = OneShotAllReduce(rank, 2, torch.bfloat16, 64 * 4096 * 2, control)
     if rank == 0:
         y = torch.ones(64, 4096, device="cuda", dtype=torch.bfloat16)
-        args = (alone.addrs, alone.epochs, alone.error, 0, 2, alone.flag_bytes, alone.max_bytes)
+        args = (alone.addrs, alone.epochs, alone.error, 0, 2, alone.max_bytes)
         one_shot_all_reduce(y, *args, wait_s=0.5)  # compiles (and gives up)
         torch.cuda.synchronize()
         alone.error.zero_()
@@ -266,7 +312,7 @@ def _rank(rank: int, init_file: str, result_file: str) -> None:
 def test_one_shot_all_reduce_on_two_gpus_eager_and_in_a_graph():
     import torch.multiprocessing as mp
     from reference.distributed.custom_all_reduce import usable
-    if not usable(2):
+    if not usable(2, torch.bfloat16):
         pytest.skip("no peer access between GPU 0 and GPU 1")
     tmp = tempfile.mkdtemp()
     result = os.path.join(tmp, "result")
