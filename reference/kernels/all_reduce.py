@@ -124,21 +124,31 @@ def _clock(PTX: tl.constexpr):
 @triton.jit
 def _arrived(ptr, mask, error_ptr, EMPTY: tl.constexpr, LIMIT: tl.constexpr, PTX: tl.constexpr):
     """The elements at ptr once none is empty (masked lanes read as 0). Gives up after LIMIT: ns by the GPU's
-    clock, or polls where there is no clock."""
+    clock, or polls where there is no clock.
+
+    Every thread reads the clock (and the error flag) for itself, so whether to stop goes through the same
+    block-wide max as whether anything is pending: each thread offers pending + 2 * stop, and the loop goes
+    on while the max is 1 (something pending, nobody told to stop). All warps then leave at the same poll;
+    a warp that left one poll early would meet the others' next barrier at a different one.
+    """
     bits = tl.load(ptr, mask=mask, other=0, volatile=True)
-    pending = tl.max((bits == EMPTY).to(tl.int32), axis=0)
-    if pending > 0:
+    state = tl.max((bits == EMPTY).to(tl.int32), axis=0)
+    if state > 0:
         start = _clock(PTX)
-        waited = tl.where(tl.load(error_ptr, volatile=True) == 0, 0, LIMIT).to(tl.int64)   # given up before: no wait
-        while (pending > 0) & (waited < LIMIT):
+        stop = (tl.load(error_ptr, volatile=True) != 0).to(tl.int32)     # given up before: no wait
+        state = tl.max((bits == EMPTY).to(tl.int32) + 2 * stop, axis=0)
+        polls = 0
+        while state == 1:
             bits = tl.load(ptr, mask=mask, other=0, volatile=True)
-            pending = tl.max((bits == EMPTY).to(tl.int32), axis=0)
+            polls += 1
             if PTX:
-                waited = _clock(PTX) - start
+                stop = (_clock(PTX) - start >= LIMIT).to(tl.int32)
             else:
-                waited += 1
-        if waited >= LIMIT:
-            tl.atomic_xchg(error_ptr, 1)
+                stop = (polls >= LIMIT).to(tl.int32)
+            state = tl.max((bits == EMPTY).to(tl.int32) + 2 * stop, axis=0)
+        if state > 1:        # told to stop: an error if anything is still missing
+            if tl.max((bits == EMPTY).to(tl.int32), axis=0) > 0:
+                tl.atomic_xchg(error_ptr, 1)
     return bits
 
 
