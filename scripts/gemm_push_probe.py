@@ -4,10 +4,11 @@ Today a TP=2 decode step runs, per row-parallel layer (o_proj, down_proj),
 a cuBLAS GEMM and then the one-shot all-reduce + residual + RMSNorm kernel
 (reference/kernels/all_reduce.py), which, when this probe was written,
 first pushed the GEMM's whole output to the other GPU, then flagged it,
-then waited for the other GPU's flag (it now polls the data itself). Here the GEMM's epilogue pushes each output tile to the other GPU as
-it is written (so the push overlaps the rest of the GEMM) and flags that
-tile; the kernel after it only waits for the tiles of its rows, sums, adds
-the residual and normalizes. The price: a Triton GEMM in place of cuBLAS.
+then waited for the other GPU's flag (it now polls the data itself). Here
+the GEMM's epilogue pushes each output tile to the other GPU as it is
+written (so the push overlaps the rest of the GEMM) and flags that tile;
+the kernel after it only waits for the tiles of its rows, sums, adds the
+residual and normalizes. The price: a Triton GEMM in place of cuBLAS.
 
 Timed in CUDA graphs of 36 layer pairs with distinct weights (the 8B shape's
 o_proj [4096, 2048] and down_proj [4096, 6144] shards at TP=2), at decode

@@ -1,11 +1,12 @@
 # Generated from reference/distributed/custom_all_reduce.py by `inferlab exercises build`. Write your code only inside the EXERCISE regions.
 """The buffers behind the one-shot all-reduce (reference/kernels/all_reduce.py): CUDA IPC between the ranks.
 
-Each rank allocates one buffer with the CUDA driver (a slot per rank, twice,
-every element set to the kernel's "empty" value), and exports it as an IPC handle; the ranks swap handles over the
-gloo group, and each opens the others' (`cuIpcOpenMemHandle`, with peer
-access): a kernel on GPU r can then read and write GPU p's buffer by address.
-The driver is called through ctypes, so nothing here needs compiling.
+Each rank allocates one buffer with the CUDA driver (a slot per rank,
+twice, every element set to the kernel's "empty" value), and exports it as
+an IPC handle; the ranks swap handles over the gloo group, and each opens
+the others' (`cuIpcOpenMemHandle`, with peer access): a kernel on GPU r
+can then read and write GPU p's buffer by address. The driver is called
+through ctypes, so nothing here needs compiling.
 
 Why the driver's own allocation, not a torch tensor: an IPC handle names a
 whole allocation, and torch's caching allocator hands out pieces of larger
@@ -106,7 +107,8 @@ class OneShotAllReduce:
                  programs: int | None = None):
         """`programs`: the grid of every call; by default one program per SM, at most MAX_PROGRAMS. A probe may
         ask for more, as long as all of them fit on the GPU at once (a program that waits holds its SM)."""
-        from student_exercises.kernels.all_reduce import buffer_bytes, empty_value, one_shot_all_reduce, one_shot_all_reduce_norm
+        from student_exercises.kernels.all_reduce import (buffer_bytes, empty_value, one_shot_all_reduce,
+                                                  one_shot_all_reduce_norm)
         self._kernel, self._norm_kernel = one_shot_all_reduce, one_shot_all_reduce_norm
         self.rank, self.world, self.dtype = rank, world, dtype
         self.max_bytes = -(-max_bytes // 256) * 256
